@@ -1,0 +1,67 @@
+// Command oncepay is an idempotency layer for payments: a retried payment is
+// charged at most once. See README.md.
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+//go:embed schema.sql
+var schema string
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "oncepay:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+const usage = `oncepay: a retried payment is charged at most once.
+
+Usage:
+  oncepay demo                  workshop mode: simulated provider, no API keys
+  oncepay serve                 the payment API for merchants (API keys required)
+  oncepay sim-provider          the simulated provider as its own HTTP server
+  oncepay apikey create NAME    make a merchant API key (printed once)
+  oncepay apikey list           list API keys
+  oncepay apikey revoke ID      revoke an API key
+
+Every flag can also be set with an ONCEPAY_* environment variable;
+"oncepay COMMAND --help" lists them with their defaults.
+`
+
+// run is the whole program; main only hands it the process's environment.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return runServe(ctx, args, getenv, stdout, stderr, false)
+	case "demo":
+		return runServe(ctx, args, getenv, stdout, stderr, true)
+	case "sim-provider":
+		return runSimProvider(ctx, args, getenv, stderr)
+	case "apikey":
+		return runAPIKey(ctx, args, getenv, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}

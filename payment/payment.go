@@ -1,0 +1,97 @@
+// Package payment is oncepay's domain: the attempt a client's idempotency key
+// names, the claim/charge/record flow that makes a retried payment charge at
+// most once, and the interfaces the store and the provider implement.
+package payment
+
+import (
+	"context"
+	"time"
+)
+
+// Status is where an attempt stands.
+type Status string
+
+const (
+	// InProgress: claimed, outcome not yet recorded.
+	InProgress Status = "in_progress"
+	// Succeeded: the provider charged; the 201 is stored.
+	Succeeded Status = "succeeded"
+	// Failed: definitively not charged (declined, or reconciled as never
+	// charged); the 4xx is stored.
+	Failed Status = "failed"
+)
+
+// Attempt is the row an idempotency key claims: one payment intent of one
+// merchant (scope), and the response every retry of it gets.
+type Attempt struct {
+	Scope          string
+	Key            string
+	ID             string // public payment id, "pay_..."
+	RequestHash    []byte // SHA-256 of Request
+	Request        []byte // canonical JSON of the validated request
+	Amount         int64
+	Currency       string
+	Status         Status
+	Fence          int64     // bumped by every takeover; guards Record
+	LeaseExpiresAt time.Time // zero when no owner holds the attempt
+	ResponseStatus int       // zero until final
+	ResponseBody   []byte    // the exact bytes replayed
+	ChargeID       string
+	FailureCode    string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// LeaseLive reports whether an owner still holds the attempt at now.
+func (a *Attempt) LeaseLive(now time.Time) bool {
+	return a.Status == InProgress && a.LeaseExpiresAt.After(now)
+}
+
+// Outcome is the final result an owner records.
+type Outcome struct {
+	Status         Status
+	ResponseStatus int
+	ResponseBody   []byte
+	ChargeID       string
+	FailureCode    string
+}
+
+// Store keeps attempts. A duplicate claim is a result, not an error.
+type Store interface {
+	// Claim inserts a, unless (a.Scope, a.Key) exists. claimed is true when
+	// this call created the row and so owns the attempt.
+	Claim(ctx context.Context, a *Attempt) (claimed bool, err error)
+
+	// Attempt returns the attempt for (scope, key) or an ENOTFOUND error.
+	Attempt(ctx context.Context, scope, key string) (*Attempt, error)
+
+	// AttemptByID returns the attempt with payment id within scope.
+	AttemptByID(ctx context.Context, scope, id string) (*Attempt, error)
+
+	// TakeOver gives the attempt a new owner if it is still in progress under
+	// fence and no lease is live at now. It returns the new fence.
+	TakeOver(ctx context.Context, scope, key string, fence int64, now, leaseUntil time.Time) (newFence int64, ok bool, err error)
+
+	// Record stores the final outcome if the attempt is still in progress
+	// under fence. ok is false when another owner or reconcile got there first.
+	Record(ctx context.Context, scope, key string, fence int64, o Outcome, now time.Time) (ok bool, err error)
+
+	// Release drops the owner's lease, so the client's retry can take over at
+	// once. It does nothing if fence no longer owns the attempt.
+	Release(ctx context.Context, scope, key string, fence int64, now time.Time) error
+}
+
+// KeyStore authenticates merchant API keys.
+type KeyStore interface {
+	// Authenticate returns the scope of a live API key, or an EUNAUTHORIZED error.
+	Authenticate(ctx context.Context, secret string) (scope string, err error)
+}
+
+// APIKey is a merchant's credential. Its id is the scope of its payments;
+// its secret is shown once at creation and only its hash is stored.
+type APIKey struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+	RevokedAt time.Time // zero while live
+}

@@ -1,0 +1,60 @@
+package payment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Provider is the payment provider oncepay protects: the system that moves
+// money. Every call carries the downstream idempotency key, so the provider
+// dedupes on the same identity oncepay does.
+type Provider interface {
+	// Charge moves money once per key. The same key with the same parameters
+	// returns the same charge; the same key with other parameters is an error.
+	// A *DeclineError is a definitive answer (nothing was charged); any other
+	// error means the outcome is unknown.
+	Charge(ctx context.Context, req ChargeRequest) (Charge, error)
+
+	// Lookup asks whether a charge exists for key. found is false when the
+	// provider has definitely not charged under this key; an error means the
+	// answer is not known.
+	Lookup(ctx context.Context, key string) (c Charge, found bool, err error)
+}
+
+// ChargeRequest is what the provider is asked to charge.
+type ChargeRequest struct {
+	IdempotencyKey string
+	Amount         int64
+	Currency       string
+	Source         string
+	Description    string
+}
+
+// Charge is the provider's record of money moved.
+type Charge struct {
+	ID             string    `json:"id"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	Amount         int64     `json:"amount"`
+	Currency       string    `json:"currency"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// DeclineError is a provider's definitive refusal: nothing was charged, and
+// asking again with the same parameters gets the same answer.
+type DeclineError struct {
+	Code    string // machine-readable reason, e.g. "insufficient_funds"
+	Message string // human-readable reason
+}
+
+func (e *DeclineError) Error() string {
+	return fmt.Sprintf("payment declined: %s (%s)", e.Message, e.Code)
+}
+
+// IsDecline reports whether err is a definitive decline and returns it.
+func IsDecline(err error) (*DeclineError, bool) {
+	var d *DeclineError
+	ok := errors.As(err, &d)
+	return d, ok
+}

@@ -1,0 +1,115 @@
+package payment
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Problem types: stable identifiers of every error a client can get, as RFC
+// 9457 "type" URI references. Clients branch on these, never on titles.
+const (
+	ProblemInvalidRequest   = "/problems/invalid-request"
+	ProblemInvalidKey       = "/problems/invalid-idempotency-key"
+	ProblemUnauthorized     = "/problems/unauthorized"
+	ProblemNotFound         = "/problems/not-found"
+	ProblemMethodNotAllowed = "/problems/method-not-allowed"
+	ProblemKeyReused        = "/problems/idempotency-key-reused"
+	ProblemInProgress       = "/problems/request-in-progress"
+	ProblemDeclined         = "/problems/payment-declined"
+	ProblemNotCompleted     = "/problems/payment-not-completed"
+	ProblemOutcomeUnknown   = "/problems/payment-outcome-unknown"
+	ProblemUnavailable      = "/problems/service-unavailable"
+	ProblemTooLarge         = "/problems/request-too-large"
+	ProblemUnsupportedMedia = "/problems/unsupported-media-type"
+	ProblemInternal         = "/problems/internal-error"
+)
+
+// Problem is an RFC 9457 problem details body.
+type Problem struct {
+	Type        string `json:"type"`
+	Title       string `json:"title"`
+	Status      int    `json:"status"`
+	Detail      string `json:"detail,omitempty"`
+	PaymentID   string `json:"payment_id,omitempty"`
+	DeclineCode string `json:"decline_code,omitempty"`
+}
+
+// Body is the problem's JSON, newline-terminated.
+func (p Problem) Body() []byte { return marshalLine(p) }
+
+// View is the public JSON of a payment: the 201 body, and what
+// GET /v1/payments/{id} returns.
+type View struct {
+	ID             string            `json:"id"`
+	Object         string            `json:"object"`
+	Status         Status            `json:"status"`
+	Amount         int64             `json:"amount"`
+	Currency       string            `json:"currency"`
+	ChargeID       string            `json:"charge_id,omitempty"`
+	FailureCode    string            `json:"failure_code,omitempty"`
+	Description    string            `json:"description,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	CreatedAt      string            `json:"created_at"`
+}
+
+// View builds the attempt's public JSON from what is stored, so a response
+// built later (by reconcile, or by a takeover) has the same bytes a live
+// request would have stored.
+func (a *Attempt) View() View {
+	var r Request
+	_ = json.Unmarshal(a.Request, &r) // a.Request is our own canonical JSON
+	return View{
+		ID:             a.ID,
+		Object:         "payment",
+		Status:         a.Status,
+		Amount:         a.Amount,
+		Currency:       a.Currency,
+		ChargeID:       a.ChargeID,
+		FailureCode:    a.FailureCode,
+		Description:    r.Description,
+		Metadata:       r.Metadata,
+		IdempotencyKey: a.Key,
+		CreatedAt:      formatTime(a.CreatedAt),
+	}
+}
+
+// Body is the view's JSON, newline-terminated.
+func (v View) Body() []byte { return marshalLine(v) }
+
+// SucceededOutcome is what an owner, or reconcile, records when the
+// provider charged.
+func SucceededOutcome(a Attempt, c Charge) Outcome {
+	a.Status, a.ChargeID = Succeeded, c.ID
+	return Outcome{Status: Succeeded, ResponseStatus: 201, ResponseBody: a.View().Body(), ChargeID: c.ID}
+}
+
+// declinedOutcome is what an owner records when the provider declined.
+func declinedOutcome(a Attempt, d *DeclineError) Outcome {
+	p := Problem{
+		Type: ProblemDeclined, Title: "Payment declined", Status: 402,
+		Detail: d.Message, PaymentID: a.ID, DeclineCode: d.Code,
+	}
+	return Outcome{Status: Failed, ResponseStatus: 402, ResponseBody: p.Body(), FailureCode: d.Code}
+}
+
+// NotCompletedOutcome is what reconcile records when the provider never
+// charged an abandoned attempt: final, so this key is spent.
+func NotCompletedOutcome(a Attempt) Outcome {
+	p := Problem{
+		Type: ProblemNotCompleted, Title: "Payment not completed", Status: 402,
+		Detail:    "This payment was abandoned before the provider charged it; nothing was charged. Start a new payment with a new Idempotency-Key.",
+		PaymentID: a.ID,
+	}
+	return Outcome{Status: Failed, ResponseStatus: 402, ResponseBody: p.Body(), FailureCode: "not_completed"}
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+func marshalLine(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("payment: marshal: " + err.Error()) // fixed struct types always marshal
+	}
+	return append(b, '\n')
+}

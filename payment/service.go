@@ -1,0 +1,170 @@
+package payment
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"time"
+)
+
+// Result is the answer to a payment request: a status and the exact body.
+type Result struct {
+	Status   int
+	Body     []byte
+	Replayed bool // the stored answer of an earlier request with this key
+}
+
+// Service runs the claim, charge and record flow.
+type Service struct {
+	Store    Store
+	Provider Provider
+	Log      *slog.Logger
+	Now      func() time.Time
+	// ProviderTimeout bounds one provider call; past it the outcome is unknown.
+	ProviderTimeout time.Duration
+	// Lease is how long an owner holds a claim before a retry may take it
+	// over. It must outlast ProviderTimeout with margin.
+	Lease time.Duration
+}
+
+// Pay makes the payment req under (scope, key) at most once, whatever the
+// number of calls. A final outcome is stored and every later call gets its
+// exact bytes; errors carry the code the client sees.
+func (s *Service) Pay(ctx context.Context, scope, key string, req Request) (Result, error) {
+	now := s.Now()
+	a := Attempt{
+		Scope: scope, Key: key, ID: NewPaymentID(),
+		Request: req.Canonical(), RequestHash: req.Fingerprint(),
+		Amount: req.Amount, Currency: req.Currency,
+		Status: InProgress, Fence: 1, LeaseExpiresAt: now.Add(s.Lease),
+		CreatedAt: now, UpdatedAt: now,
+	}
+	// A retry finds its row with a read and never waits for the writer. Only
+	// the INSERT below decides who owns a new key.
+	cur, err := s.Store.Attempt(ctx, scope, key)
+	if ErrorCode(err) == ENOTFOUND {
+		claimed, cerr := s.Store.Claim(ctx, &a)
+		if cerr != nil {
+			return Result{}, cerr
+		}
+		if claimed {
+			return s.charge(ctx, a, req, false)
+		}
+		cur, err = s.Store.Attempt(ctx, scope, key)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	return s.duplicate(ctx, a, cur, req)
+}
+
+// duplicate answers a request whose key was already claimed: by the stored
+// answer, a conflict, or by taking over an attempt whose owner is gone.
+func (s *Service) duplicate(ctx context.Context, mine Attempt, cur *Attempt, req Request) (Result, error) {
+	switch {
+	case string(cur.RequestHash) != string(mine.RequestHash):
+		return Result{}, Errorf(EKEYREUSED, "This Idempotency-Key was already used with a different request. Use a new key for a new payment.")
+	case cur.Status != InProgress:
+		return Result{Status: cur.ResponseStatus, Body: cur.ResponseBody, Replayed: true}, nil
+	case cur.LeaseLive(s.Now()):
+		return Result{}, Errorf(EINPROGRESS, "A request with this Idempotency-Key is still being processed. Retry with the same key.")
+	}
+	now := s.Now()
+	fence, ok, err := s.Store.TakeOver(ctx, cur.Scope, cur.Key, cur.Fence, now, now.Add(s.Lease))
+	if err != nil {
+		return Result{}, err
+	}
+	if !ok { // another retry or reconcile got there first
+		return s.settled(ctx, mine)
+	}
+	s.Log.Info("took over abandoned attempt", "payment_id", cur.ID, "fence", fence)
+	cur.Fence = fence
+	return s.charge(ctx, *cur, req, true)
+}
+
+// charge calls the provider as the owner of a under a.Fence and records the
+// answer. After a takeover it asks the provider first: the earlier owner may
+// have charged.
+func (s *Service) charge(ctx context.Context, a Attempt, req Request, lookupFirst bool) (Result, error) {
+	dk := DownstreamKey(a.Scope, a.Key)
+	// A client that hangs up must not abandon a charge in flight, nor the
+	// record of its answer.
+	ctx = context.WithoutCancel(ctx)
+	pctx, cancel := context.WithTimeout(ctx, s.ProviderTimeout)
+	defer cancel()
+	var (
+		c     Charge
+		found bool
+		err   error
+	)
+	if lookupFirst {
+		c, found, err = s.Provider.Lookup(pctx, dk)
+	}
+	if err == nil && !found {
+		c, err = s.Provider.Charge(pctx, ChargeRequest{
+			IdempotencyKey: dk, Amount: req.Amount, Currency: req.Currency,
+			Source: req.Source, Description: req.Description,
+		})
+	}
+	var o Outcome
+	if d, declined := IsDecline(err); declined {
+		o = declinedOutcome(a, d)
+	} else if err != nil {
+		s.Log.Warn("provider outcome unknown", "payment_id", a.ID, "err", err)
+		// Not stored: the retry (same key) takes over at once and asks the provider.
+		if rerr := s.Store.Release(ctx, a.Scope, a.Key, a.Fence, s.Now()); rerr != nil {
+			s.Log.Error("release lease", "payment_id", a.ID, "err", rerr)
+		}
+		return Result{}, Errorf(EOUTCOMEUNKNOWN, "The payment provider's answer was lost; the payment may or may not have been charged. Retry with the same Idempotency-Key to learn the outcome.")
+	} else {
+		o = SucceededOutcome(a, c)
+	}
+	ok, err := s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o, s.Now())
+	if err != nil {
+		return Result{}, err
+	}
+	if !ok { // fenced out: a takeover or reconcile recorded first; theirs stands
+		return s.settled(ctx, a)
+	}
+	return Result{Status: o.ResponseStatus, Body: o.ResponseBody}, nil
+}
+
+// settled answers from whatever the store holds now, for a caller that lost
+// a race for ownership.
+func (s *Service) settled(ctx context.Context, a Attempt) (Result, error) {
+	cur, err := s.Store.Attempt(ctx, a.Scope, a.Key)
+	if err != nil {
+		return Result{}, err
+	}
+	if cur.Status == InProgress {
+		return Result{}, Errorf(EINPROGRESS, "A request with this Idempotency-Key is still being processed. Retry with the same key.")
+	}
+	return Result{Status: cur.ResponseStatus, Body: cur.ResponseBody, Replayed: true}, nil
+}
+
+// Payment returns the payment with id in scope.
+func (s *Service) Payment(ctx context.Context, scope, id string) (View, error) {
+	a, err := s.Store.AttemptByID(ctx, scope, id)
+	if err != nil {
+		return View{}, err
+	}
+	return a.View(), nil
+}
+
+// DownstreamKey is the idempotency key oncepay gives the provider for
+// (scope, key): stable across retries, takeovers and restarts, so the
+// provider dedupes on the same identity, and distinct across merchants.
+func DownstreamKey(scope, key string) string {
+	h := sha256.New()
+	h.Write([]byte(scope))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return "oncepay_" + hex.EncodeToString(h.Sum(nil))[:48]
+}
+
+// NewPaymentID returns a fresh public payment id.
+func NewPaymentID() string {
+	return "pay_" + rand.Text()
+}

@@ -1,0 +1,159 @@
+// Package remote is a payment.Provider that speaks the simulated provider's
+// HTTP API (POST and GET /v1/charges), so oncepay can run against a
+// sim-provider process and every fault crosses a real socket.
+package remote
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+// maxBody bounds how much of a response is read; a charge is tiny.
+const maxBody = 1 << 20
+
+// Client is a payment.Provider over HTTP. It is safe for concurrent use.
+type Client struct {
+	baseURL string
+	hc      *http.Client
+}
+
+var _ payment.Provider = (*Client)(nil)
+
+// New returns a client for the provider at baseURL, e.g.
+// "http://127.0.0.1:9090". timeout bounds each call end to end; a call that
+// runs out of it has an unknown outcome.
+func New(baseURL string, timeout time.Duration) *Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// oncepay has many calls in flight to this one host; the default of 2
+	// idle connections per host would make most of them dial anew.
+	t.MaxIdleConnsPerHost = 64
+	return &Client{
+		baseURL: strings.TrimSuffix(baseURL, "/"),
+		hc:      &http.Client{Timeout: timeout, Transport: t},
+	}
+}
+
+// Charge asks the provider to charge once under req.IdempotencyKey. Only a
+// 402 with a decline code is a *payment.DeclineError; every other failure,
+// including a timeout or a dropped connection, is an unknown outcome.
+func (c *Client) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Charge, error) {
+	body, _ := json.Marshal(map[string]any{ // cannot fail: strings and an integer
+		"amount":      req.Amount,
+		"currency":    req.Currency,
+		"source":      req.Source,
+		"description": req.Description,
+	})
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+"/v1/charges", bytes.NewReader(body))
+	if err != nil {
+		return payment.Charge{}, fmt.Errorf("remote: charge: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	// With this header net/http may resend the request once if a reused
+	// connection breaks before any response; the provider dedupes on the key,
+	// so that is safe.
+	hreq.Header.Set("Idempotency-Key", req.IdempotencyKey)
+	status, b, err := c.do(hreq)
+	if err != nil {
+		return payment.Charge{}, fmt.Errorf("remote: charge: %w", err)
+	}
+	switch status {
+	case http.StatusOK:
+		return decodeCharge("charge", b)
+	case http.StatusPaymentRequired:
+		var e errorBody
+		if json.Unmarshal(b, &e) != nil || e.Error.Code == "" {
+			return payment.Charge{}, errors.New("remote: charge: provider status 402 without a decline code")
+		}
+		return payment.Charge{}, &payment.DeclineError{Code: e.Error.Code, Message: e.Error.Message}
+	default:
+		return payment.Charge{}, statusError("charge", status, b)
+	}
+}
+
+// Lookup asks the provider for the charge under key. found is false only
+// when the provider itself says it has none.
+func (c *Client) Lookup(ctx context.Context, key string) (payment.Charge, bool, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+"/v1/charges", nil)
+	if err != nil {
+		return payment.Charge{}, false, fmt.Errorf("remote: lookup: %w", err)
+	}
+	// Set after parsing, so a malformed base URL's error cannot carry the key.
+	hreq.URL.RawQuery = url.Values{"idempotency_key": {key}}.Encode()
+	status, b, err := c.do(hreq)
+	if err != nil {
+		return payment.Charge{}, false, fmt.Errorf("remote: lookup: %w", err)
+	}
+	switch status {
+	case http.StatusOK:
+		ch, err := decodeCharge("lookup", b)
+		return ch, err == nil, err
+	case http.StatusNotFound:
+		// "Not charged" lets reconcile fail a payment for good, so only the
+		// provider's own answer counts, not a 404 from a wrong URL or a proxy.
+		var e errorBody
+		if json.Unmarshal(b, &e) == nil && e.Error.Type == "not_found" {
+			return payment.Charge{}, false, nil
+		}
+		return payment.Charge{}, false, statusError("lookup", status, b)
+	default:
+		return payment.Charge{}, false, statusError("lookup", status, b)
+	}
+}
+
+// do sends req and reads the whole response, which also frees the connection
+// for reuse.
+func (c *Client) do(req *http.Request) (int, []byte, error) {
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		// A *url.Error repeats the URL, and a lookup's URL carries the key.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode, b, nil
+}
+
+// errorBody is the provider API's error shape.
+type errorBody struct {
+	Error struct {
+		Type    string `json:"type"`
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func decodeCharge(op string, b []byte) (payment.Charge, error) {
+	var ch payment.Charge
+	if err := json.Unmarshal(b, &ch); err != nil || ch.ID == "" {
+		return payment.Charge{}, fmt.Errorf("remote: %s: provider sent no readable charge", op)
+	}
+	return ch, nil
+}
+
+// statusError describes an answer that is neither a result nor a decline.
+// It names the provider's error type, never its message, which may echo
+// request data.
+func statusError(op string, status int, b []byte) error {
+	var e errorBody
+	if json.Unmarshal(b, &e) == nil && e.Error.Type != "" {
+		return fmt.Errorf("remote: %s: provider status %d (%s)", op, status, e.Error.Type)
+	}
+	return fmt.Errorf("remote: %s: provider status %d", op, status)
+}

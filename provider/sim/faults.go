@@ -1,0 +1,87 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Faults are the simulated provider's failure knobs. The zero value is a
+// healthy provider that answers at once. In JSON:
+//
+//	{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0}
+type Faults struct {
+	Latency          time.Duration // waited before every Charge and Lookup
+	FailBeforeCharge float64       // probability a Charge fails with nothing charged
+	FailAfterCharge  float64       // probability a Charge's response is lost after charging
+	FailLookup       float64       // probability a Lookup fails
+}
+
+// maxLatency keeps a fat-fingered knob from hanging every caller for hours.
+const maxLatency = time.Minute
+
+// MarshalJSON writes f with the latency as a Go duration string.
+func (f Faults) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Latency          string  `json:"latency"`
+		FailBeforeCharge float64 `json:"fail_before_charge"`
+		FailAfterCharge  float64 `json:"fail_after_charge"`
+		FailLookup       float64 `json:"fail_lookup"`
+	}{f.Latency.String(), f.FailBeforeCharge, f.FailAfterCharge, f.FailLookup})
+}
+
+// UnmarshalJSON reads the form MarshalJSON writes. Every field is required
+// and unknown ones are rejected, so a typo cannot silently leave a knob at
+// zero.
+func (f *Faults) UnmarshalJSON(b []byte) error {
+	var v struct {
+		Latency          *string  `json:"latency"`
+		FailBeforeCharge *float64 `json:"fail_before_charge"`
+		FailAfterCharge  *float64 `json:"fail_after_charge"`
+		FailLookup       *float64 `json:"fail_lookup"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return err
+	}
+	if v.Latency == nil || v.FailBeforeCharge == nil || v.FailAfterCharge == nil || v.FailLookup == nil {
+		return errors.New("faults need latency, fail_before_charge, fail_after_charge and fail_lookup")
+	}
+	latency, err := time.ParseDuration(*v.Latency)
+	if err != nil {
+		return fmt.Errorf("latency: %w", err)
+	}
+	*f = Faults{latency, *v.FailBeforeCharge, *v.FailAfterCharge, *v.FailLookup}
+	return nil
+}
+
+// SetFaults replaces the fault knobs for calls that start from now on. It
+// rejects probabilities outside [0, 1] and latency outside [0, 1m], leaving
+// the knobs as they were.
+func (s *Sim) SetFaults(f Faults) error {
+	if f.Latency < 0 || f.Latency > maxLatency {
+		return fmt.Errorf("sim: latency %v is outside [0s, %v]", f.Latency, maxLatency)
+	}
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{
+		{"fail_before_charge", f.FailBeforeCharge},
+		{"fail_after_charge", f.FailAfterCharge},
+		{"fail_lookup", f.FailLookup},
+	} {
+		if !(p.v >= 0 && p.v <= 1) { // written so that NaN fails too
+			return fmt.Errorf("sim: %s %v is outside [0, 1]", p.name, p.v)
+		}
+	}
+	s.faults.Store(&f)
+	return nil
+}
+
+// Faults returns the current fault knobs.
+func (s *Sim) Faults() Faults {
+	return *s.faults.Load()
+}

@@ -1,0 +1,176 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+// maxBody bounds request bodies; a charge or a fault setting is tiny.
+const maxBody = 64 << 10
+
+// Handler serves the ledger and the fault knobs under /sim/, and the provider
+// API under /v1/ that a remote client speaks when the sim runs as its own
+// process:
+//
+//	GET  /sim/charges                  {"data":[charge, ...]}, oldest first
+//	GET  /sim/faults                   the Faults JSON
+//	PUT  /sim/faults                   the full Faults JSON; 400 problem if invalid
+//	POST /v1/charges                   Idempotency-Key header, {"amount","currency","source","description"}
+//	GET  /v1/charges?idempotency_key=K the charge, or 404
+//
+// Provider API errors are {"error":{"type","code","message"}}: 402 a decline,
+// 409 a key reused with other parameters, 400 bad input, 500 a failure before
+// charging. A response lost after charging closes the connection unanswered.
+func (s *Sim) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sim/charges", s.handleLedger)
+	mux.HandleFunc("GET /sim/faults", s.handleGetFaults)
+	mux.HandleFunc("PUT /sim/faults", s.handlePutFaults)
+	mux.HandleFunc("POST /v1/charges", s.handleCharge)
+	mux.HandleFunc("GET /v1/charges", s.handleLookup)
+	return mux
+}
+
+func (s *Sim) handleLedger(w http.ResponseWriter, r *http.Request) {
+	charges, err := s.Charges(r.Context())
+	if err != nil {
+		slog.ErrorContext(r.Context(), "sim: list charges", "err", err)
+		writeProblem(w, http.StatusInternalServerError, "/problems/internal", "Internal error", "The ledger could not be read.")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": charges})
+}
+
+func (s *Sim) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.Faults())
+}
+
+func (s *Sim) handlePutFaults(w http.ResponseWriter, r *http.Request) {
+	var f Faults
+	err := decode(w, r, &f)
+	if err == nil {
+		err = s.SetFaults(f)
+	}
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "/problems/invalid-request", "Invalid fault settings", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, s.Faults())
+}
+
+func (s *Sim) handleCharge(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Amount      int64  `json:"amount"`
+		Currency    string `json:"currency"`
+		Source      string `json:"source"`
+		Description string `json:"description"`
+	}
+	if err := decode(w, r, &body); err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
+		return
+	}
+	c, err := s.Charge(r.Context(), payment.ChargeRequest{
+		IdempotencyKey: r.Header.Get("Idempotency-Key"),
+		Amount:         body.Amount,
+		Currency:       body.Currency,
+		Source:         body.Source,
+		Description:    body.Description,
+	})
+	var d *payment.DeclineError
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, c)
+	case errors.As(err, &d):
+		writeError(w, http.StatusPaymentRequired, apiError{Type: "card_error", Code: d.Code, Message: d.Message})
+	case errors.Is(err, ErrLostResponse):
+		loseResponse(w)
+	case errors.Is(err, ErrKeyMismatch):
+		writeError(w, http.StatusConflict, apiError{Type: "idempotency_error", Message: err.Error()})
+	case errors.Is(err, ErrInvalidRequest):
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
+	case errors.Is(err, ErrFailedBeforeCharge):
+		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: err.Error()})
+	case r.Context().Err() != nil:
+		// The caller hung up (its timeout, say): there is no one to answer.
+	default:
+		slog.ErrorContext(r.Context(), "sim: charge", "err", err)
+		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: "internal error"})
+	}
+}
+
+func (s *Sim) handleLookup(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("idempotency_key")
+	if key == "" {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "idempotency_key is required"})
+		return
+	}
+	c, found, err := s.Lookup(r.Context(), key)
+	switch {
+	case errors.Is(err, ErrLookupFailed):
+		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: err.Error()})
+	case err != nil && r.Context().Err() != nil:
+		// The caller hung up (its timeout, say): there is no one to answer.
+	case err != nil:
+		slog.ErrorContext(r.Context(), "sim: lookup", "err", err)
+		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: "internal error"})
+	case !found:
+		writeError(w, http.StatusNotFound, apiError{Type: "not_found", Message: "no charge under this idempotency key"})
+	default:
+		writeJSON(w, http.StatusOK, c)
+	}
+}
+
+// loseResponse closes the connection without a byte of response: what a
+// caller sees when the network drops the reply to a committed charge.
+func loseResponse(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// HTTP/2 cannot hand its connection over; aborting resets the stream,
+		// which loses the response just the same.
+		panic(http.ErrAbortHandler)
+	}
+	conn.Close()
+}
+
+// apiError is the provider API's error body, in the style of Stripe's.
+type apiError struct {
+	Type    string `json:"type"`
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, status int, e apiError) {
+	writeJSON(w, status, map[string]apiError{"error": e})
+}
+
+// problem is an RFC 9457 problem detail, as oncepay's own API writes them.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(problem{Type: typ, Title: title, Status: status, Detail: detail}) // fails only if the client left
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v) // fails only if the client left
+}
+
+// decode reads one JSON value from a bounded body, rejecting unknown fields
+// the way a provider rejects unknown parameters.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}

@@ -1,0 +1,272 @@
+// Package sim is the simulated payment provider: a real peer, not a stub. It
+// keeps its own SQLite ledger (it plays the bank), dedupes by idempotency key,
+// answers lookups by key, and injects the failures oncepay exists to survive:
+// latency, a failure before charging and a lost response after charging.
+// Demos, tests and benchmarks run against it in process or, through Handler,
+// as its own server so the faults cross a real socket.
+package sim
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Errors Charge and Lookup return besides *payment.DeclineError. To a
+// payment.Provider caller every one of them is an unknown outcome.
+var (
+	// ErrKeyMismatch means the idempotency key already names a charge made
+	// with other parameters; nothing new was charged.
+	ErrKeyMismatch = errors.New("sim: idempotency key already used with other parameters")
+	// ErrInvalidRequest means the request was malformed; nothing was charged.
+	ErrInvalidRequest = errors.New("sim: invalid charge request")
+	// ErrFailedBeforeCharge is the simulated failure before charging.
+	ErrFailedBeforeCharge = errors.New("sim: simulated failure before charging")
+	// ErrLostResponse is the simulated failure after charging: the charge is
+	// in the ledger, but the caller is not told.
+	ErrLostResponse = errors.New("sim: simulated lost response after charging")
+	// ErrLookupFailed is the simulated lookup failure.
+	ErrLookupFailed = errors.New("sim: simulated lookup failure")
+)
+
+// Sim is the simulated provider. It implements payment.Provider and is safe
+// for concurrent use.
+type Sim struct {
+	db     *sql.DB // the one writer connection
+	read   *sql.DB // readers; WAL lets them run beside the writer
+	faults atomic.Pointer[Faults]
+}
+
+var _ payment.Provider = (*Sim)(nil)
+
+const schema = `CREATE TABLE IF NOT EXISTS sim_charges (
+	idempotency_key TEXT PRIMARY KEY,
+	id              TEXT NOT NULL UNIQUE,
+	amount          INTEGER NOT NULL,
+	currency        TEXT NOT NULL,
+	source          TEXT NOT NULL,
+	description     TEXT NOT NULL,
+	params_hash     TEXT NOT NULL,
+	created_at      INTEGER NOT NULL -- unix ms
+)`
+
+// Open opens the ledger at path, creating it if needed, with no faults set.
+func Open(path string) (*Sim, error) {
+	// synchronous(NORMAL) survives a killed process, which is all the bank
+	// needs: oncepay's durability is what is measured, not the sim's.
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("sim: open ledger: %w", err)
+	}
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sim: create ledger: %w", err)
+	}
+	read, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=query_only(1)")
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sim: open ledger: %w", err)
+	}
+	s := &Sim{db: db, read: read}
+	s.faults.Store(&Faults{})
+	return s, nil
+}
+
+// Close closes the ledger.
+func (s *Sim) Close() error {
+	return errors.Join(s.read.Close(), s.db.Close())
+}
+
+// Charge moves money once per idempotency key. It implements payment.Provider.
+func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Charge, error) {
+	f := s.Faults()
+	if err := sleep(ctx, f.Latency); err != nil {
+		return payment.Charge{}, err
+	}
+	if err := validate(req); err != nil {
+		return payment.Charge{}, err
+	}
+	if roll(f.FailBeforeCharge) {
+		return payment.Charge{}, ErrFailedBeforeCharge
+	}
+	if d := decline(req.Source); d != nil {
+		// A key that already names a charge keeps that meaning: asked again
+		// with other parameters it is a mismatch, never a decline.
+		if _, _, err := s.byKey(ctx, req.IdempotencyKey); !errors.Is(err, sql.ErrNoRows) {
+			if err != nil {
+				return payment.Charge{}, err
+			}
+			return payment.Charge{}, ErrKeyMismatch
+		}
+		return payment.Charge{}, d
+	}
+
+	hash := paramsHash(req)
+	c := payment.Charge{
+		ID:             "ch_" + strings.ToLower(crand.Text()[:24]),
+		IdempotencyKey: req.IdempotencyKey,
+		Amount:         req.Amount,
+		Currency:       req.Currency,
+		// Millisecond precision, as stored, so a replay equals the original.
+		CreatedAt: time.UnixMilli(time.Now().UnixMilli()).UTC(),
+	}
+	// The primary key decides who charges; a read first would race.
+	res, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO sim_charges
+		(idempotency_key, id, amount, currency, source, description, params_hash, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		c.IdempotencyKey, c.ID, c.Amount, c.Currency, req.Source, req.Description, hash, c.CreatedAt.UnixMilli())
+	if err != nil {
+		return payment.Charge{}, fmt.Errorf("sim: record charge: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return payment.Charge{}, fmt.Errorf("sim: record charge: %w", err)
+	}
+	if n == 0 {
+		var stored string
+		if c, stored, err = s.byKey(ctx, req.IdempotencyKey); err != nil {
+			return payment.Charge{}, err
+		}
+		if stored != hash {
+			return payment.Charge{}, ErrKeyMismatch
+		}
+	}
+	if roll(f.FailAfterCharge) {
+		return payment.Charge{}, ErrLostResponse
+	}
+	return c, nil
+}
+
+// Lookup reports the charge made under key, if any. It implements
+// payment.Provider.
+func (s *Sim) Lookup(ctx context.Context, key string) (payment.Charge, bool, error) {
+	f := s.Faults()
+	if err := sleep(ctx, f.Latency); err != nil {
+		return payment.Charge{}, false, err
+	}
+	if roll(f.FailLookup) {
+		return payment.Charge{}, false, ErrLookupFailed
+	}
+	c, _, err := s.byKey(ctx, key)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payment.Charge{}, false, nil
+	}
+	if err != nil {
+		return payment.Charge{}, false, err
+	}
+	return c, true, nil
+}
+
+// Charges returns the whole ledger, oldest first: what the bank saw.
+func (s *Sim) Charges(ctx context.Context) ([]payment.Charge, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT id, idempotency_key, amount, currency, created_at
+		FROM sim_charges ORDER BY rowid`)
+	if err != nil {
+		return nil, fmt.Errorf("sim: read ledger: %w", err)
+	}
+	defer rows.Close()
+	charges := []payment.Charge{} // an empty ledger is [], not null, in JSON
+	for rows.Next() {
+		var c payment.Charge
+		var ms int64
+		if err := rows.Scan(&c.ID, &c.IdempotencyKey, &c.Amount, &c.Currency, &ms); err != nil {
+			return nil, fmt.Errorf("sim: read ledger: %w", err)
+		}
+		c.CreatedAt = time.UnixMilli(ms).UTC()
+		charges = append(charges, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sim: read ledger: %w", err)
+	}
+	return charges, nil
+}
+
+// byKey reads the charge under key and its parameter hash; the error wraps
+// sql.ErrNoRows if there is none.
+func (s *Sim) byKey(ctx context.Context, key string) (payment.Charge, string, error) {
+	c := payment.Charge{IdempotencyKey: key}
+	var hash string
+	var ms int64
+	err := s.read.QueryRowContext(ctx, `SELECT id, amount, currency, params_hash, created_at
+		FROM sim_charges WHERE idempotency_key = ?`, key).Scan(&c.ID, &c.Amount, &c.Currency, &hash, &ms)
+	if err != nil {
+		return payment.Charge{}, "", fmt.Errorf("sim: read charge: %w", err)
+	}
+	c.CreatedAt = time.UnixMilli(ms).UTC()
+	return c, hash, nil
+}
+
+// validate rejects what a provider's API would refuse outright.
+func validate(req payment.ChargeRequest) error {
+	switch {
+	case req.IdempotencyKey == "" || len(req.IdempotencyKey) > 255:
+		return fmt.Errorf("%w: idempotency key must be 1 to 255 bytes", ErrInvalidRequest)
+	case req.Amount <= 0:
+		return fmt.Errorf("%w: amount must be a positive number of minor units", ErrInvalidRequest)
+	case len(req.Currency) != 3 || strings.IndexFunc(req.Currency, func(r rune) bool { return r < 'A' || r > 'Z' }) >= 0:
+		return fmt.Errorf("%w: currency must be three upper-case letters", ErrInvalidRequest)
+	}
+	return nil
+}
+
+// paramsHash fingerprints everything that makes two charges different
+// requests; a JSON array keeps field boundaries unambiguous.
+func paramsHash(req payment.ChargeRequest) string {
+	b, _ := json.Marshal([]any{req.Amount, req.Currency, req.Source, req.Description}) // cannot fail: strings and an integer
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// approved are the test tokens that charge, in the style of Stripe's test
+// cards.
+var approved = map[string]bool{"tok_visa": true, "tok_mastercard": true, "tok_amex": true}
+
+// declined are the test tokens that decline, with the reason given.
+var declined = map[string]payment.DeclineError{
+	"tok_chargeDeclined":                  {Code: "card_declined", Message: "Your card was declined."},
+	"tok_chargeDeclinedInsufficientFunds": {Code: "insufficient_funds", Message: "Your card has insufficient funds."},
+	"tok_chargeDeclinedExpiredCard":       {Code: "expired_card", Message: "Your card has expired."},
+}
+
+// decline returns why the bank refuses source, or nil if it charges it. A
+// token the bank does not know is refused too.
+func decline(source string) *payment.DeclineError {
+	if approved[source] {
+		return nil
+	}
+	d, ok := declined[source]
+	if !ok {
+		d = payment.DeclineError{Code: "invalid_source", Message: "No such token."}
+	}
+	return &d
+}
+
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("sim: %w", ctx.Err())
+	case <-t.C:
+		return nil
+	}
+}
+
+// roll reports true with probability p.
+func roll(p float64) bool {
+	return rand.Float64() < p
+}

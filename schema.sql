@@ -1,0 +1,38 @@
+-- oncepay's database: applied by the store at every start, so every
+-- statement is idempotent. Times are Unix milliseconds, UTC.
+
+-- One row per (merchant, Idempotency-Key): the claim is the INSERT OR IGNORE
+-- of this primary key, and the final response is stored here for replays.
+CREATE TABLE IF NOT EXISTS payment_attempts (
+    scope            TEXT    NOT NULL,  -- the API key id; "demo" in demo mode
+    idempotency_key  TEXT    NOT NULL,
+    id               TEXT    NOT NULL UNIQUE,  -- public payment id, pay_...
+    request_hash     BLOB    NOT NULL,  -- SHA-256 of the canonical request
+    request          BLOB    NOT NULL,  -- the canonical request (JSON)
+    amount           INTEGER NOT NULL,
+    currency         TEXT    NOT NULL,
+    status           TEXT    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed')),
+    fence            INTEGER NOT NULL,  -- owner generation, bumped by each takeover
+    lease_expires_at INTEGER,           -- NULL: no owner holds it
+    response_status  INTEGER,           -- NULL until final
+    response_body    BLOB,              -- the exact bytes every replay gets
+    charge_id        TEXT,
+    failure_code     TEXT,
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL,
+    PRIMARY KEY (scope, idempotency_key)
+);
+
+-- Reconcile finds stale in-progress rows; purge finds old final rows.
+CREATE INDEX IF NOT EXISTS payment_attempts_status_updated
+    ON payment_attempts (status, updated_at);
+
+-- Merchant API keys. Only a SHA-256 of the secret is kept: the secret is
+-- 256 random bits, so a fast hash cannot be brute-forced.
+CREATE TABLE IF NOT EXISTS api_keys (
+    id          TEXT    PRIMARY KEY,  -- key_..., the scope of its payments
+    name        TEXT    NOT NULL,
+    secret_hash BLOB    NOT NULL UNIQUE,
+    created_at  INTEGER NOT NULL,
+    revoked_at  INTEGER
+);

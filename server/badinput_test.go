@@ -1,0 +1,181 @@
+package server_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/sqlitestore"
+)
+
+// Every bad input gets its documented 4xx problem, writes no row, charges
+// nothing, and leaves the key usable for a valid retry.
+func TestBadInputs(t *testing.T) {
+	const json = "application/json"
+	tests := []struct {
+		name        string
+		key         []string // Idempotency-Key header values
+		contentType string
+		body        string
+		status      int
+		problem     string
+	}{
+		{"malformed JSON", nil, json, `{"amount":1000,`, 400, payment.ProblemInvalidRequest},
+		{"empty body", nil, json, ``, 400, payment.ProblemInvalidRequest},
+		{"not an object", nil, json, `"pay me"`, 400, payment.ProblemInvalidRequest},
+		{"duplicate JSON key", nil, json, `{"amount":1,"amount":1000,"currency":"EUR","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
+		{"trailing data", nil, json, visa + `{"amount":2}`, 400, payment.ProblemInvalidRequest},
+		{"amount as string", nil, json, `{"amount":"1000","currency":"EUR","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
+		{"amount as float", nil, json, `{"amount":1000.5,"currency":"EUR","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
+		{"amount zero", nil, json, `{"amount":0,"currency":"EUR","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
+		{"amount negative", nil, json, `{"amount":-1000,"currency":"EUR","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
+		{"amount overflowing", nil, json, `{"amount":9223372036854775808,"currency":"EUR","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
+		{"amount over the maximum", nil, json, `{"amount":100000000,"currency":"EUR","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
+		{"currency lower case", nil, json, `{"amount":1000,"currency":"eur","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
+		{"currency not ISO 4217", nil, json, `{"amount":1000,"currency":"EU","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
+		{"missing source", nil, json, `{"amount":1000,"currency":"EUR"}`, 400, payment.ProblemInvalidRequest},
+		{"source wrong type", nil, json, `{"amount":1000,"currency":"EUR","source":["tok_visa"]}`, 400, payment.ProblemInvalidRequest},
+		{"unknown field", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","customer":"c_1"}`, 400, payment.ProblemInvalidRequest},
+		{"nested metadata", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","metadata":{"a":{"b":"c"}}}`, 400, payment.ProblemInvalidRequest},
+		{"invalid UTF-8", nil, json, "{\"amount\":1000,\"currency\":\"EUR\",\"source\":\"tok_visa\",\"description\":\"\xc3\x28\"}", 400, payment.ProblemInvalidRequest},
+		{"control character in description", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","description":"a\u0007b"}`, 400, payment.ProblemInvalidRequest},
+		{"oversize body", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","description":"` + strings.Repeat("x", 70_000) + `"}`, 413, payment.ProblemTooLarge},
+		{"text/plain content type", nil, "text/plain", visa, 415, payment.ProblemUnsupportedMedia},
+		{"form content type", nil, "application/x-www-form-urlencoded", visa, 415, payment.ProblemUnsupportedMedia},
+		{"missing content type", nil, "", visa, 415, payment.ProblemUnsupportedMedia},
+		{"latin-1 charset", nil, "application/json; charset=latin1", visa, 415, payment.ProblemUnsupportedMedia},
+		{"missing key", []string{}, json, visa, 400, payment.ProblemInvalidKey},
+		{"empty key", []string{""}, json, visa, 400, payment.ProblemInvalidKey},
+		{"overlong key", []string{strings.Repeat("k", 256)}, json, visa, 400, payment.ProblemInvalidKey},
+		{"key with space", []string{"my key"}, json, visa, 400, payment.ProblemInvalidKey},
+		{"key with control character", []string{"key\tx"}, json, visa, 400, payment.ProblemInvalidKey},
+		{"key non-ASCII", []string{"clé"}, json, visa, 400, payment.ProblemInvalidKey},
+		{"two keys", []string{"k1", "k2"}, json, visa, 400, payment.ProblemInvalidKey},
+	}
+	e := newEnv(t, envOptions{})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "bad-" + strings.ReplaceAll(tt.name, " ", "-")
+			keys := []string{key}
+			if tt.key != nil {
+				keys = tt.key
+			}
+			var headers []string
+			for _, k := range keys {
+				headers = append(headers, "Idempotency-Key", k)
+			}
+			if tt.contentType != "" {
+				headers = append(headers, "Content-Type", tt.contentType)
+			}
+			r := e.do("POST", "/v1/payments", []byte(tt.body), headers...)
+			if r.Status != tt.status || r.problemType() != tt.problem {
+				t.Fatalf("status %d type %q (%s), want %d %q", r.Status, r.problemType(), r.Body, tt.status, tt.problem)
+			}
+			if n := len(e.counts()); n != 0 {
+				t.Fatalf("attempts = %v, want none", e.counts())
+			}
+			if n := len(e.ledger()); n != 0 {
+				t.Fatalf("ledger has %d charges, want none", n)
+			}
+			retryKey := key
+			if tt.key != nil {
+				retryKey = "good-" + key
+			}
+			if r := e.pay(retryKey, visa); r.Status != 201 {
+				t.Fatalf("valid retry = %d %s, want 201", r.Status, r.Body)
+			}
+			e.resetData()
+		})
+	}
+	if len(tests) < 25 {
+		t.Errorf("%d bad inputs, want at least 25", len(tests))
+	}
+}
+
+// resetData empties the attempts and the ledger between subtests.
+func (e *env) resetData() {
+	e.t.Helper()
+	for _, f := range []string{"oncepay.db", "sim.db"} {
+		db, err := sql.Open("sqlite", filepath.Join(e.dir, f)+"?_pragma=busy_timeout(5000)")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := db.Exec(`DELETE FROM payment_attempts`); err != nil && f == "oncepay.db" {
+			e.t.Fatal(err)
+		}
+		if _, err := db.Exec(`DELETE FROM sim_charges`); err != nil && f == "sim.db" {
+			e.t.Fatal(err)
+		}
+		db.Close()
+	}
+}
+
+// Without a live API key, serve answers 401 and writes nothing.
+func TestUnauthorized(t *testing.T) {
+	e := newEnv(t, envOptions{auth: true})
+	_, live := e.apiKey("shop")
+	scope, revoked := e.apiKey("old")
+	if err := e.DB.RevokeAPIKey(context.Background(), scope, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for name, headers := range map[string][]string{
+		"no header":     nil,
+		"unknown key":   {"Authorization", "Bearer opk_NOTAKEY"},
+		"revoked key":   {"Authorization", "Bearer " + revoked},
+		"basic auth":    {"Authorization", "Basic " + live},
+		"empty bearer":  {"Authorization", "Bearer "},
+		"key as cookie": {"Cookie", "key=" + live},
+	} {
+		r := e.pay("unauth-"+name, visa, headers...)
+		if r.Status != 401 || r.problemType() != payment.ProblemUnauthorized || r.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s: %d %s, want 401 with WWW-Authenticate", name, r.Status, r.Body)
+		}
+	}
+	if c := e.counts(); len(c) != 0 {
+		t.Errorf("attempts = %v, want none", c)
+	}
+	if r := e.pay("auth-ok", visa, "Authorization", "Bearer "+live); r.Status != 201 {
+		t.Errorf("live key: %d %s, want 201", r.Status, r.Body)
+	}
+}
+
+// A database locked by another process is a 503 with Retry-After, not a 500;
+// replays, which only read, are still served.
+func TestBusyDatabaseIs503(t *testing.T) {
+	e := newEnv(t, envOptions{storeOp: sqlitestore.Options{BusyTimeout: 100 * time.Millisecond}})
+	first := e.pay("before-lock", visa)
+	if first.Status != 201 {
+		t.Fatalf("first = %d", first.Status)
+	}
+	other, err := sql.Open("sqlite", filepath.Join(e.dir, "oncepay.db")+"?_pragma=busy_timeout(100)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	r := e.pay("while-locked", visa)
+	if r.Status != 503 || r.problemType() != payment.ProblemUnavailable || r.Header.Get("Retry-After") == "" {
+		t.Errorf("write while locked = %d %s, want 503 unavailable with Retry-After", r.Status, r.Body)
+	}
+	if r := e.pay("before-lock", visa); r.Status != 201 || string(r.Body) != string(first.Body) {
+		t.Errorf("replay while locked = %d %s, want the stored 201", r.Status, r.Body)
+	}
+	conn.ExecContext(context.Background(), `ROLLBACK`)
+	if n := len(e.ledger()); n != 1 {
+		t.Errorf("ledger has %d charges, want 1", n)
+	}
+	if r := e.pay("while-locked", visa); r.Status != 201 {
+		t.Errorf("retry after the lock = %d %s, want 201", r.Status, r.Body)
+	}
+}

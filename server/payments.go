@@ -1,0 +1,113 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/gorilla/mux"
+	"github.com/oncepay/oncepay/payment"
+)
+
+type ctxKey int
+
+const scopeKey ctxKey = 0
+
+// authenticate puts the merchant's scope in the request context, or answers
+// 401 before anything is read or written. In demo mode every request is in
+// DemoScope.
+func (s *server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scope := DemoScope
+		if s.Keys != nil {
+			secret, ok := bearer(r)
+			if !ok {
+				s.writeError(w, r, payment.Errorf(payment.EUNAUTHORIZED, "Send your API key as \"Authorization: Bearer <key>\"."))
+				return
+			}
+			var err error
+			if scope, err = s.Keys.Authenticate(r.Context(), secret); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), scopeKey, scope)))
+	})
+}
+
+func bearer(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	return token, true
+}
+
+func scopeOf(ctx context.Context) string { return ctx.Value(scopeKey).(string) }
+
+// handleCreatePayment is POST /v1/payments. Everything is validated before
+// the claim: a bad request writes nothing and leaves the key usable.
+func (s *server) handleCreatePayment(w http.ResponseWriter, r *http.Request) {
+	keys := r.Header.Values("Idempotency-Key")
+	if len(keys) != 1 || !payment.ValidKey(keys[0]) {
+		s.writeError(w, r, payment.Errorf(payment.EKEY, "Send exactly one Idempotency-Key header of 1-%d visible ASCII characters, made once per payment intent.", payment.MaxKeyLen))
+		return
+	}
+	if !isJSON(r.Header.Get("Content-Type")) {
+		writeProblem(w, payment.Problem{Type: payment.ProblemUnsupportedMedia, Title: "Unsupported media type",
+			Status: http.StatusUnsupportedMediaType, Detail: "Send the body as Content-Type: application/json."})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, payment.MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeProblem(w, payment.Problem{Type: payment.ProblemTooLarge, Title: "Request too large",
+			Status: http.StatusRequestEntityTooLarge, Detail: "The body is limited to 64 KiB."})
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, payment.Errorf(payment.EINVALID, "The body could not be read."))
+		return
+	}
+	req, err := payment.ParseRequest(body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.Payments.Pay(r.Context(), scopeOf(r.Context()), keys[0], req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeBody(w, res.Status, res.Body)
+}
+
+// isJSON accepts application/json, with no charset or UTF-8.
+func isJSON(contentType string) bool {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mt != contentTypeJSON {
+		return false
+	}
+	cs, ok := params["charset"]
+	return !ok || strings.EqualFold(cs, "utf-8")
+}
+
+// handleGetPayment is GET /v1/payments/{id}, within the caller's scope only.
+func (s *server) handleGetPayment(w http.ResponseWriter, r *http.Request) {
+	v, err := s.Payments.Payment(r.Context(), scopeOf(r.Context()), mux.Vars(r)["id"])
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}

@@ -1,0 +1,303 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/provider/sim"
+)
+
+// 1,000 concurrent requests with one key and one body, for 10 keys at once:
+// one charge per key, and every answer is the stored 201 or a 409 in progress.
+func TestConcurrentSameKeyStorm(t *testing.T) {
+	const keys, perKey = 10, 1000
+	e := newEnv(t, envOptions{faults: sim.Faults{Latency: 50 * time.Millisecond}})
+	type result struct {
+		key string
+		r   response
+	}
+	results := make(chan result, keys*perKey)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for k := range keys {
+		key := fmt.Sprintf("storm-%d", k)
+		for range perKey {
+			wg.Go(func() {
+				<-start
+				results <- result{key, e.pay(key, visa)}
+			})
+		}
+	}
+	begun := time.Now()
+	close(start)
+	wg.Wait()
+	close(results)
+	elapsed := time.Since(begun)
+
+	bodies := map[string]map[string]bool{}
+	var created, replayed, inProgress int
+	for res := range results {
+		switch {
+		case res.r.Status == 201:
+			created++
+			if res.r.Header.Get("Idempotent-Replayed") == "true" {
+				replayed++
+			}
+			if bodies[res.key] == nil {
+				bodies[res.key] = map[string]bool{}
+			}
+			bodies[res.key][string(res.r.Body)] = true
+		case res.r.Status == 409 && res.r.problemType() == payment.ProblemInProgress:
+			inProgress++
+			if res.r.Header.Get("Retry-After") == "" {
+				t.Errorf("409 in progress without Retry-After")
+			}
+		default:
+			t.Errorf("key %s: status %d %s, want 201 or 409 in progress", res.key, res.r.Status, res.r.Body)
+		}
+	}
+	ledger := e.ledger()
+	if len(ledger) != keys {
+		t.Errorf("ledger has charges for %d keys, want %d", len(ledger), keys)
+	}
+	for k := range keys {
+		key := fmt.Sprintf("storm-%d", k)
+		charges := ledger[payment.DownstreamKey("demo", key)]
+		if len(charges) != 1 {
+			t.Fatalf("key %s: %d charges, want 1", key, len(charges))
+		}
+		if len(bodies[key]) != 1 {
+			t.Errorf("key %s: %d distinct 201 bodies, want 1", key, len(bodies[key]))
+		}
+		for b := range bodies[key] {
+			if !strings.Contains(b, charges[0].ID) {
+				t.Errorf("key %s: 201 %s does not name the ledger's charge %s", key, b, charges[0].ID)
+			}
+		}
+	}
+	t.Logf("storm: %d requests in %v: %d 201 (%d replayed), %d 409 in progress, %d charges",
+		keys*perKey, elapsed.Round(time.Millisecond), created, replayed, inProgress, len(ledger))
+}
+
+// The provider charges but its answer is lost, most of the time. Clients
+// retrying with their key end with exactly one charge each, and the 201 they
+// finally get names the ledger's charge.
+func TestLostResponsesRetried(t *testing.T) {
+	e := newEnv(t, envOptions{faults: sim.Faults{FailAfterCharge: 0.8}})
+	const clients = 20
+	var wg sync.WaitGroup
+	finals := make([]response, clients)
+	for i := range clients {
+		wg.Go(func() {
+			key := fmt.Sprintf("lost-%d", i)
+			for try := 0; try < 200; try++ {
+				r := e.pay(key, visa)
+				if r.Status == 503 && r.problemType() == payment.ProblemOutcomeUnknown {
+					if r.Header.Get("Retry-After") == "" {
+						t.Errorf("503 outcome unknown without Retry-After")
+					}
+					continue
+				}
+				if r.Status == 409 && r.problemType() == payment.ProblemInProgress {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				finals[i] = r
+				return
+			}
+		})
+	}
+	wg.Wait()
+	ledger := e.ledger()
+	for i, r := range finals {
+		key := fmt.Sprintf("lost-%d", i)
+		if r.Status != 201 {
+			t.Fatalf("key %s: final status %d %s, want 201", key, r.Status, r.Body)
+		}
+		charges := ledger[payment.DownstreamKey("demo", key)]
+		if len(charges) != 1 {
+			t.Fatalf("key %s: %d charges, want 1", key, len(charges))
+		}
+		if got := r.payment(t).ChargeID; got != charges[0].ID {
+			t.Errorf("key %s: charge_id = %s, want the ledger's %s", key, got, charges[0].ID)
+		}
+	}
+	if len(ledger) != clients {
+		t.Errorf("ledger has %d keys, want %d", len(ledger), clients)
+	}
+}
+
+// Two merchants with the same Idempotency-Key get two independent payments
+// and can neither read nor replay each other's.
+func TestSameKeyTwoMerchants(t *testing.T) {
+	e := newEnv(t, envOptions{auth: true})
+	scopeA, a := e.apiKey("shop-a")
+	scopeB, b := e.apiKey("shop-b")
+	ra := e.pay("order-1", visa, "Authorization", "Bearer "+a)
+	rb := e.pay("order-1", `{"amount":2500,"currency":"USD","source":"tok_visa"}`, "Authorization", "Bearer "+b)
+	if ra.Status != 201 || rb.Status != 201 {
+		t.Fatalf("statuses = %d, %d, want 201, 201 (%s %s)", ra.Status, rb.Status, ra.Body, rb.Body)
+	}
+	pa, pb := ra.payment(t), rb.payment(t)
+	if pa.ID == pb.ID || pa.ChargeID == pb.ChargeID {
+		t.Errorf("payments share id or charge: %+v %+v", pa, pb)
+	}
+	ledger := e.ledger()
+	if len(ledger[payment.DownstreamKey(scopeA, "order-1")]) != 1 || len(ledger[payment.DownstreamKey(scopeB, "order-1")]) != 1 {
+		t.Errorf("ledger = %v, want one charge for each merchant", ledger)
+	}
+	if r := e.do("GET", "/v1/payments/"+pb.ID, nil, "Authorization", "Bearer "+a); r.Status != 404 {
+		t.Errorf("A reads B's payment: status %d, want 404", r.Status)
+	}
+	if r := e.do("GET", "/v1/payments/"+pa.ID, nil, "Authorization", "Bearer "+a); r.Status != 200 || !bytes.Equal(r.Body, ra.Body) {
+		t.Errorf("A reads its own payment: %d %s, want 200 %s", r.Status, r.Body, ra.Body)
+	}
+	if r := e.pay("order-1", visa, "Authorization", "Bearer "+a); !bytes.Equal(r.Body, ra.Body) {
+		t.Errorf("A's replay = %s, want its own %s", r.Body, ra.Body)
+	}
+	if r := e.pay("order-1", visa, "Authorization", "Bearer "+b); r.Status != 409 || r.problemType() != payment.ProblemKeyReused {
+		t.Errorf("B sends A's body under its own key: %d %s, want 409 key reused", r.Status, r.Body)
+	}
+}
+
+// A restart on the same files replays byte for byte, successes and declines.
+func TestReplayAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, envOptions{dir: dir})
+	ok := e.pay("restart-ok", `{"amount":1999,"currency":"GBP","source":"tok_visa","description":"Tea <b>&</b> cake","metadata":{"order":"42","é":"ü"}}`)
+	declined := e.pay("restart-declined", `{"amount":500,"currency":"GBP","source":"tok_chargeDeclinedInsufficientFunds"}`)
+	if ok.Status != 201 || declined.Status != 402 {
+		t.Fatalf("statuses = %d, %d, want 201, 402", ok.Status, declined.Status)
+	}
+	e.Close()
+
+	e2 := newEnv(t, envOptions{dir: dir})
+	for _, tt := range []struct {
+		key, body string
+		first     response
+	}{
+		{"restart-ok", `{"metadata":{"é":"ü","order":"42"},"amount":1999,"currency":"GBP","source":"tok_visa","description":"Tea <b>&</b> cake"}`, ok},
+		{"restart-declined", `{"amount":500,"currency":"GBP","source":"tok_chargeDeclinedInsufficientFunds"}`, declined},
+	} {
+		r := e2.pay(tt.key, tt.body)
+		if r.Status != tt.first.Status || !bytes.Equal(r.Body, tt.first.Body) {
+			t.Errorf("%s after restart = %d %q, want %d %q", tt.key, r.Status, r.Body, tt.first.Status, tt.first.Body)
+		}
+		if r.Header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("%s after restart: no Idempotent-Replayed header", tt.key)
+		}
+		if r.Header.Get("Content-Type") != tt.first.Header.Get("Content-Type") {
+			t.Errorf("%s: Content-Type = %q, want %q", tt.key, r.Header.Get("Content-Type"), tt.first.Header.Get("Content-Type"))
+		}
+	}
+	if n := len(e2.ledger()); n != 1 {
+		t.Errorf("ledger has %d charges, want 1", n)
+	}
+}
+
+// A decline is final: stored, replayed, and never retried at the provider.
+func TestDeclineStoredAndReplayed(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	body := `{"amount":500,"currency":"EUR","source":"tok_chargeDeclined"}`
+	first := e.pay("declined", body)
+	if first.Status != 402 || first.problemType() != payment.ProblemDeclined {
+		t.Fatalf("first = %d %s, want 402 declined", first.Status, first.Body)
+	}
+	e.Sim.SetFaults(sim.Faults{FailBeforeCharge: 1}) // a replay that reached the provider would fail
+	again := e.pay("declined", body)
+	if again.Status != 402 || !bytes.Equal(again.Body, first.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay = %d %s, want the stored 402 %s", again.Status, again.Body, first.Body)
+	}
+	if got := e.counts()[payment.Failed]; got != 1 {
+		t.Errorf("failed attempts = %d, want 1", got)
+	}
+}
+
+// A retry while the first request still runs gets 409 with Retry-After.
+func TestRetryWhileInProgress(t *testing.T) {
+	e := newEnv(t, envOptions{faults: sim.Faults{Latency: 500 * time.Millisecond}})
+	done := make(chan response)
+	go func() { done <- e.pay("slow", visa) }()
+	for { // wait for the first request's claim
+		if _, err := e.DB.Attempt(context.Background(), "demo", "slow"); err == nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r := e.pay("slow", visa)
+	if r.Status != 409 || r.problemType() != payment.ProblemInProgress || r.Header.Get("Retry-After") != "1" {
+		t.Errorf("retry while in progress = %d %v %s, want 409 in progress with Retry-After: 1", r.Status, r.Header, r.Body)
+	}
+	if first := <-done; first.Status != 201 {
+		t.Errorf("first = %d %s, want 201", first.Status, first.Body)
+	}
+}
+
+// A lost provider answer is a 503 that stores nothing and releases the
+// lease, so the very next retry takes over, asks the provider, and learns
+// the charge without charging again.
+func TestOutcomeUnknownThenRecovered(t *testing.T) {
+	e := newEnv(t, envOptions{faults: sim.Faults{FailAfterCharge: 1}})
+	r := e.pay("unknown", visa)
+	if r.Status != 503 || r.problemType() != payment.ProblemOutcomeUnknown || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("lost answer = %d %v %s, want 503 outcome unknown with Retry-After", r.Status, r.Header, r.Body)
+	}
+	a, err := e.DB.Attempt(context.Background(), "demo", "unknown")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Status != payment.InProgress || !a.LeaseExpiresAt.IsZero() || a.ResponseBody != nil {
+		t.Errorf("attempt after 503 = %s lease %v body %q, want in progress, no lease, nothing stored", a.Status, a.LeaseExpiresAt, a.ResponseBody)
+	}
+	e.Sim.SetFaults(sim.Faults{FailBeforeCharge: 1}) // charging again would fail: the retry must find the charge by lookup
+	r = e.pay("unknown", visa)
+	charges := e.ledger()[payment.DownstreamKey("demo", "unknown")]
+	if r.Status != 201 || len(charges) != 1 || r.payment(t).ChargeID != charges[0].ID {
+		t.Fatalf("retry = %d %s with ledger %v, want 201 naming the one charge", r.Status, r.Body, charges)
+	}
+}
+
+// An owner that died holding its claim leaves a lease that expires; the next
+// retry takes over. If the provider has the charge it is reported, else the
+// retry charges with the same downstream key.
+func TestTakeOverAbandonedClaim(t *testing.T) {
+	for _, charged := range []bool{true, false} {
+		t.Run(fmt.Sprintf("charged=%v", charged), func(t *testing.T) {
+			e := newEnv(t, envOptions{})
+			req, _ := payment.ParseRequest([]byte(visa))
+			past := time.Now().Add(-time.Minute)
+			dead := &payment.Attempt{Scope: "demo", Key: "abandoned", ID: payment.NewPaymentID(),
+				Request: req.Canonical(), RequestHash: req.Fingerprint(), Amount: req.Amount, Currency: req.Currency,
+				Status: payment.InProgress, Fence: 1, LeaseExpiresAt: past.Add(time.Second), CreatedAt: past, UpdatedAt: past}
+			if ok, err := e.DB.Claim(context.Background(), dead); !ok || err != nil {
+				t.Fatalf("Claim = %v, %v", ok, err)
+			}
+			var want string
+			if charged {
+				c, err := e.Sim.Charge(context.Background(), payment.ChargeRequest{IdempotencyKey: payment.DownstreamKey("demo", "abandoned"),
+					Amount: 1000, Currency: "EUR", Source: "tok_visa"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = c.ID
+			}
+			r := e.pay("abandoned", visa)
+			charges := e.ledger()[payment.DownstreamKey("demo", "abandoned")]
+			if r.Status != 201 || len(charges) != 1 {
+				t.Fatalf("takeover = %d %s, ledger %v; want 201 and one charge", r.Status, r.Body, charges)
+			}
+			if charged && r.payment(t).ChargeID != want {
+				t.Errorf("charge_id = %s, want the existing %s", r.payment(t).ChargeID, want)
+			}
+			if got := r.payment(t).ID; got != dead.ID {
+				t.Errorf("payment id = %s, want the claimed %s", got, dead.ID)
+			}
+		})
+	}
+}

@@ -1,0 +1,158 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+var _ payment.Store = (*DB)(nil)
+
+// Claim inserts a unless its (scope, idempotency_key) exists; the rows
+// affected decide ownership, never a read.
+func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err error) {
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
+			INSERT OR IGNORE INTO payment_attempts
+				(scope, idempotency_key, id, request_hash, request, amount, currency,
+				 status, fence, lease_expires_at, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			a.Scope, a.Key, a.ID, a.RequestHash, a.Request, a.Amount, a.Currency,
+			a.Status, a.Fence, ms(a.LeaseExpiresAt), ms(a.CreatedAt), ms(a.UpdatedAt))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		claimed = n == 1
+		return err
+	})
+	return claimed, err
+}
+
+// TakeOver moves an abandoned attempt to a new owner: one guarded UPDATE, so
+// of two retries racing for it exactly one wins.
+func (db *DB) TakeOver(ctx context.Context, scope, key string, fence int64, now, leaseUntil time.Time) (newFence int64, ok bool, err error) {
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
+			UPDATE payment_attempts
+			SET fence = fence + 1, lease_expires_at = ?, updated_at = ?
+			WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?
+			  AND (lease_expires_at IS NULL OR lease_expires_at <= ?)`,
+			ms(leaseUntil), ms(now), scope, key, fence, ms(now))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		ok = n == 1
+		return err
+	})
+	return fence + 1, ok, err
+}
+
+// Record stores the final outcome, guarded by the owner's fence: a late
+// owner cannot overwrite what a takeover or reconcile wrote.
+func (db *DB) Record(ctx context.Context, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
+			UPDATE payment_attempts
+			SET status = ?, response_status = ?, response_body = ?, charge_id = ?,
+			    failure_code = ?, lease_expires_at = NULL, updated_at = ?
+			WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?`,
+			o.Status, o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID),
+			nullString(o.FailureCode), ms(now), scope, key, fence)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		ok = n == 1
+		return err
+	})
+	return ok, err
+}
+
+// Release drops the owner's lease so that a retry can take over at once.
+func (db *DB) Release(ctx context.Context, scope, key string, fence int64, now time.Time) error {
+	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `
+			UPDATE payment_attempts SET lease_expires_at = NULL, updated_at = ?
+			WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?`,
+			ms(now), scope, key, fence)
+		return err
+	})
+}
+
+const attemptColumns = `scope, idempotency_key, id, request_hash, request, amount, currency,
+	status, fence, lease_expires_at, response_status, response_body, charge_id,
+	failure_code, created_at, updated_at`
+
+// Attempt returns the attempt for (scope, key). It reads from the read pool:
+// a replay never waits for the writer.
+func (db *DB) Attempt(ctx context.Context, scope, key string) (*payment.Attempt, error) {
+	return db.queryAttempt(ctx, `SELECT `+attemptColumns+` FROM payment_attempts
+		WHERE scope = ? AND idempotency_key = ?`, scope, key)
+}
+
+// AttemptByID returns the attempt with payment id id, within scope only.
+func (db *DB) AttemptByID(ctx context.Context, scope, id string) (*payment.Attempt, error) {
+	return db.queryAttempt(ctx, `SELECT `+attemptColumns+` FROM payment_attempts
+		WHERE id = ? AND scope = ?`, id, scope)
+}
+
+func (db *DB) queryAttempt(ctx context.Context, query string, args ...any) (*payment.Attempt, error) {
+	a, err := scanAttempt(db.r.QueryRowContext(ctx, query, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, payment.Errorf(payment.ENOTFOUND, "No such payment.")
+	}
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return a, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanAttempt(row scanner) (*payment.Attempt, error) {
+	var (
+		a                 payment.Attempt
+		lease, respStatus sql.NullInt64
+		created, updated  int64
+		chargeID, failure sql.NullString
+	)
+	err := row.Scan(&a.Scope, &a.Key, &a.ID, &a.RequestHash, &a.Request, &a.Amount, &a.Currency,
+		&a.Status, &a.Fence, &lease, &respStatus, &a.ResponseBody, &chargeID,
+		&failure, &created, &updated)
+	if err != nil {
+		return nil, err
+	}
+	a.LeaseExpiresAt = fromMS(lease)
+	a.ResponseStatus = int(respStatus.Int64)
+	a.ChargeID, a.FailureCode = chargeID.String, failure.String
+	a.CreatedAt, a.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
+	return &a, nil
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// Counts returns how many attempts are in each status.
+func (db *DB) Counts(ctx context.Context) (map[payment.Status]int, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT status, count(*) FROM payment_attempts GROUP BY status`)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	counts := map[payment.Status]int{}
+	for rows.Next() {
+		var (
+			s payment.Status
+			n int
+		)
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, err
+		}
+		counts[s] = n
+	}
+	return counts, mapErr(rows.Err())
+}

@@ -1,0 +1,255 @@
+// Package sqlitestore keeps oncepay's attempts and API keys in one SQLite
+// file. It is the only package that speaks SQL to oncepay's database.
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Options tune the write path. The zero value is the production setting.
+type Options struct {
+	// MaxBatch caps how many writes share one transaction and one fsync
+	// (group commit). 1 commits every write on its own. Default 256.
+	MaxBatch int
+	// MaxWait is how long the writer waits for more writes to join a batch
+	// that is not full. Default 0: a batch is whatever queued up while the
+	// previous commit was syncing, which adds no latency when idle.
+	MaxWait time.Duration
+	// BusyTimeout is how long a write waits for another process holding the
+	// file (an operator's CLI) before failing as unavailable. Default 5s.
+	BusyTimeout time.Duration
+}
+
+// DB is oncepay's SQLite database: one writer connection fed by a group
+// commit loop, and a pool of read-only connections.
+type DB struct {
+	w, r *sql.DB
+	opts Options
+
+	ops     chan *writeOp
+	quit    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+}
+
+// ErrClosed is returned by writes after Close.
+var ErrClosed = &payment.Error{Code: payment.EUNAVAILABLE, Message: "The service is shutting down; retry shortly."}
+
+// Open opens (creating if needed) the database at path and applies schema.
+func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 256
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 5 * time.Second
+	}
+	// busy_timeout first, so the other pragmas wait for a lock too.
+	// synchronous=FULL: a claim or a record, once answered, survives power loss.
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Set("_txlock", "immediate")
+	w, err := sql.Open("sqlite", path+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	if _, err := w.ExecContext(ctx, schema); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("apply schema to %s: %w", path, err)
+	}
+
+	q.Add("_pragma", "query_only(1)")
+	r, err := sql.Open("sqlite", path+"?"+q.Encode())
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	n := max(4, 2*runtime.GOMAXPROCS(0))
+	r.SetMaxOpenConns(n)
+	r.SetMaxIdleConns(n)
+
+	db := &DB{w: w, r: r, opts: opts, ops: make(chan *writeOp), quit: make(chan struct{}), stopped: make(chan struct{})}
+	go db.writer()
+	return db, nil
+}
+
+// Close finishes the writes already queued, then closes the database.
+func (db *DB) Close() error {
+	db.once.Do(func() { close(db.quit) })
+	<-db.stopped
+	return errors.Join(db.w.Close(), db.r.Close())
+}
+
+// writeOp is one caller's write: it runs inside a shared transaction, under
+// its own savepoint, and learns its result only after the commit is durable.
+type writeOp struct {
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	err  error
+	done chan struct{}
+}
+
+// write runs fn in the writer's next transaction and returns once that
+// transaction is committed (or has failed). fn's error fails only fn. ctx
+// bounds only the wait to be taken: fn runs under the batch's context, since
+// one caller's cancellation must not interrupt a transaction shared by others.
+func (db *DB) write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	op := &writeOp{fn: fn, done: make(chan struct{})}
+	select {
+	case db.ops <- op:
+	case <-db.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-op.done // once handed over, the write may commit: wait to know.
+	return mapErr(op.err)
+}
+
+// writer is the only goroutine that writes. The channel is unbuffered, so
+// after quit no write can be handed over and lost.
+func (db *DB) writer() {
+	defer close(db.stopped)
+	for {
+		var first *writeOp
+		select {
+		case first = <-db.ops:
+		case <-db.quit:
+			return
+		}
+		db.commit(db.collect(first))
+	}
+}
+
+// collect gathers the writes waiting now (and, with MaxWait, shortly) into
+// one batch of at most MaxBatch.
+func (db *DB) collect(first *writeOp) []*writeOp {
+	batch := []*writeOp{first}
+	var deadline <-chan time.Time
+	if db.opts.MaxWait > 0 {
+		t := time.NewTimer(db.opts.MaxWait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for len(batch) < db.opts.MaxBatch {
+		if deadline == nil {
+			select {
+			case op := <-db.ops:
+				batch = append(batch, op)
+				continue
+			default:
+				return batch
+			}
+		}
+		select {
+		case op := <-db.ops:
+			batch = append(batch, op)
+		case <-deadline:
+			return batch
+		}
+	}
+	return batch
+}
+
+// commit runs a batch in one transaction. Each op gets a savepoint, so a
+// failed statement is undone alone; a failed BEGIN or COMMIT, or an error
+// that aborted the whole transaction (SQLite does so on a full disk), fails
+// them all: nobody is told of a write that did not commit.
+func (db *DB) commit(batch []*writeOp) {
+	defer func() {
+		for _, op := range batch {
+			close(op.done)
+		}
+	}()
+	ctx := context.Background()
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		failAll(batch, err)
+		return
+	}
+	defer tx.Rollback()
+	if len(batch) == 1 { // no savepoint needed: the transaction is the op's own
+		if batch[0].err = batch[0].fn(ctx, tx); batch[0].err != nil {
+			return
+		}
+	} else {
+		for _, op := range batch {
+			var broken bool
+			if broken, op.err = savepoint(ctx, tx, op.fn); broken {
+				failAll(batch, op.err)
+				return
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		failAll(batch, err)
+	}
+}
+
+// savepoint runs fn under a savepoint and undoes it if fn fails. broken
+// reports that the transaction itself is gone.
+func savepoint(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context, tx *sql.Tx) error) (broken bool, err error) {
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT op`); err != nil {
+		return true, err
+	}
+	if err := fn(ctx, tx); err != nil {
+		if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO op`); rerr != nil {
+			return true, err
+		}
+		if _, rerr := tx.ExecContext(ctx, `RELEASE op`); rerr != nil {
+			return true, err
+		}
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, `RELEASE op`); err != nil {
+		return true, err
+	}
+	return false, nil
+}
+
+func failAll(batch []*writeOp, err error) {
+	for _, op := range batch {
+		op.err = err
+	}
+}
+
+// mapErr turns what the environment causes (a busy or full database, an I/O
+// error) into EUNAVAILABLE, which clients see as 503 with Retry-After.
+// SQLite errors are matched by their primary result code.
+func mapErr(err error) error {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return &payment.Error{Code: payment.EUNAVAILABLE, Message: "The database is busy; retry shortly.", Err: err}
+	case sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN,
+		sqlite3.SQLITE_READONLY, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_PROTOCOL:
+		return &payment.Error{Code: payment.EUNAVAILABLE, Message: "The database cannot take writes right now; retry shortly.", Err: err}
+	}
+	return err
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMS(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMilli(v.Int64).UTC()
+}
