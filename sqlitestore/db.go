@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncepay/oncepay/payment"
@@ -38,6 +39,8 @@ type DB struct {
 	opts Options
 
 	ops     chan *writeOp
+	commits atomic.Int64 // transactions the writer committed
+	writes  atomic.Int64 // writes those transactions held
 	quit    chan struct{}
 	stopped chan struct{}
 	once    sync.Once
@@ -197,7 +200,16 @@ func (db *DB) commit(batch []*writeOp) {
 	}
 	if err := tx.Commit(); err != nil {
 		failAll(batch, err)
+		return
 	}
+	db.commits.Add(1)
+	db.writes.Add(int64(len(batch)))
+}
+
+// WriteStats returns how many transactions the writer has committed and how
+// many writes they held: writes/commits is the mean group-commit batch.
+func (db *DB) WriteStats() (commits, writes int64) {
+	return db.commits.Load(), db.writes.Load()
 }
 
 // savepoint runs fn under a savepoint and undoes it if fn fails. broken

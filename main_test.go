@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestHelpListsFlagsWithEnv(t *testing.T) {
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"serve", "--help"}, env(nil), io.Discard, &stderr)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("run = %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{"--addr (ONCEPAY_ADDR, default 127.0.0.1:8080)", "ONCEPAY_SIM_FAIL_AFTER_CHARGE", "ONCEPAY_PROVIDER_TIMEOUT"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("help lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
+// apikey create prints the secret alone on the last line; the store keeps
+// only its hash; the flag wins over the environment.
+func TestAPIKeyCommands(t *testing.T) {
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "keys.db")
+	getenv := env(map[string]string{"ONCEPAY_DB": filepath.Join(dir, "not-this.db")})
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"apikey", "create", "Corner Shop", "--db", dbPath}, getenv, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	secret := lines[len(lines)-1]
+	if !strings.HasPrefix(secret, "opk_") || strings.Contains(secret, " ") {
+		t.Fatalf("last line = %q, want the secret alone", secret)
+	}
+	raw, err := readFile(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, []byte(secret)) {
+		t.Errorf("the database file contains the secret in clear")
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"apikey", "list"}, env(map[string]string{"ONCEPAY_DB": dbPath}), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "Corner Shop") || strings.Contains(out.String(), secret) {
+		t.Errorf("list = %q, want the name and never the secret", out.String())
+	}
+	id := strings.Fields(strings.Split(out.String(), "\n")[1])[0]
+	if err := run(context.Background(), []string{"apikey", "revoke", id, "--db", dbPath}, env(nil), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), []string{"apikey", "revoke", id, "--db", dbPath}, env(nil), io.Discard, io.Discard); err == nil {
+		t.Errorf("revoking twice succeeded")
+	}
+}
+
+// demo serves on the address it is given and stops cleanly when its
+// context ends.
+func TestDemoServesAndStops(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"demo", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "d.db")}, env(nil), pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("demo printed nothing: %v (%v)", err, <-done)
+	}
+	go io.Copy(io.Discard, pr)
+	url := strings.Fields(line)[2]
+	req, _ := http.NewRequest("POST", url+"/v1/payments", strings.NewReader(`{"amount":1000,"currency":"EUR","source":"tok_visa"}`))
+	req.Header.Set("Idempotency-Key", "demo-1")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Errorf("demo payment = %d, want 201", resp.StatusCode)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run = %v, want nil after shutdown", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("demo did not stop")
+	}
+}
+
+// A port already taken is an error from run, not a log line.
+func TestServeTakenPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	err = run(context.Background(), []string{"serve", "--addr", ln.Addr().String(), "--db", filepath.Join(t.TempDir(), "s.db")}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("run = %v, want address already in use", err)
+	}
+}
+
+func TestLeaseMustExceedProviderTimeout(t *testing.T) {
+	err := run(context.Background(), []string{"serve", "--lease", "5s", "--provider-timeout", "10s"}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--lease") {
+		t.Errorf("run = %v, want a --lease error", err)
+	}
+}
+
+func readFile(path string) ([]byte, error) {
+	var all []byte
+	for _, p := range []string{path, path + "-wal"} {
+		b, err := os.ReadFile(p)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		all = append(all, b...)
+	}
+	return all, nil
+}

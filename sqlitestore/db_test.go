@@ -1,0 +1,206 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+// MustOpen opens a store on a fresh file in t.TempDir.
+func MustOpen(tb testing.TB, opts Options) *DB {
+	tb.Helper()
+	return mustOpenPath(tb, filepath.Join(tb.TempDir(), "oncepay.db"), opts)
+}
+
+func mustOpenPath(tb testing.TB, path string, opts Options) *DB {
+	tb.Helper()
+	schema, err := os.ReadFile("../schema.sql")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db, err := Open(context.Background(), path, string(schema), opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func newAttempt(key string, now time.Time, lease time.Duration) *payment.Attempt {
+	req := payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}
+	return &payment.Attempt{
+		Scope: "s", Key: key, ID: payment.NewPaymentID(),
+		Request: req.Canonical(), RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR",
+		Status: payment.InProgress, Fence: 1, LeaseExpiresAt: now.Add(lease), CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+// Of many concurrent claims on one key exactly one wins, and the others are
+// told so by their own statement, not by an error.
+func TestClaimOnceUnderConcurrency(t *testing.T) {
+	db := MustOpen(t, Options{})
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Go(func() {
+			ok, err := db.Claim(context.Background(), newAttempt("k", t0, time.Minute))
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				wins.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if got := wins.Load(); got != 1 {
+		t.Errorf("claims won = %d, want 1", got)
+	}
+}
+
+// A late owner's Record cannot overwrite what the owner that took over wrote.
+func TestRecordFencedAfterTakeOver(t *testing.T) {
+	ctx := context.Background()
+	db := MustOpen(t, Options{})
+	a := newAttempt("k", t0, time.Minute)
+	if ok, err := db.Claim(ctx, a); !ok || err != nil {
+		t.Fatalf("Claim = %v, %v", ok, err)
+	}
+	if _, ok, err := db.TakeOver(ctx, "s", "k", 1, t0.Add(30*time.Second), t0.Add(2*time.Minute)); ok || err != nil {
+		t.Fatalf("TakeOver of a live lease = %v, %v, want false", ok, err)
+	}
+	fence, ok, err := db.TakeOver(ctx, "s", "k", 1, t0.Add(2*time.Minute), t0.Add(3*time.Minute))
+	if !ok || err != nil || fence != 2 {
+		t.Fatalf("TakeOver of an expired lease = %d, %v, %v, want 2, true", fence, ok, err)
+	}
+	if _, ok, _ := db.TakeOver(ctx, "s", "k", 1, t0.Add(4*time.Minute), t0.Add(5*time.Minute)); ok {
+		t.Fatalf("second TakeOver with the stale fence succeeded")
+	}
+	newOwner := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("new\n"), ChargeID: "ch_new"}
+	if ok, err := db.Record(ctx, "s", "k", 2, newOwner, t0.Add(2*time.Minute)); !ok || err != nil {
+		t.Fatalf("new owner's Record = %v, %v", ok, err)
+	}
+	late := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("late\n")}
+	if ok, err := db.Record(ctx, "s", "k", 1, late, t0.Add(3*time.Minute)); ok || err != nil {
+		t.Fatalf("late owner's Record = %v, %v, want false", ok, err)
+	}
+	got, err := db.Attempt(ctx, "s", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != payment.Succeeded || string(got.ResponseBody) != "new\n" || got.ChargeID != "ch_new" {
+		t.Errorf("attempt = %s %q %s, want the new owner's succeeded", got.Status, got.ResponseBody, got.ChargeID)
+	}
+}
+
+// Release lets a retry take over at once, and only the owner can release.
+func TestRelease(t *testing.T) {
+	ctx := context.Background()
+	db := MustOpen(t, Options{})
+	db.Claim(ctx, newAttempt("k", t0, time.Hour))
+	if err := db.Release(ctx, "s", "k", 7, t0); err != nil { // not the owner's fence: no effect
+		t.Fatal(err)
+	}
+	if _, ok, _ := db.TakeOver(ctx, "s", "k", 1, t0, t0.Add(time.Minute)); ok {
+		t.Fatalf("TakeOver after a foreign Release succeeded")
+	}
+	db.Release(ctx, "s", "k", 1, t0)
+	if _, ok, err := db.TakeOver(ctx, "s", "k", 1, t0, t0.Add(time.Minute)); !ok || err != nil {
+		t.Fatalf("TakeOver after Release = %v, %v, want true", ok, err)
+	}
+}
+
+// Group commit: concurrent writes share transactions, and a write that
+// fails (here, a constraint violation) fails alone.
+func TestGroupCommitIsolatesFailures(t *testing.T) {
+	ctx := context.Background()
+	db := MustOpen(t, Options{MaxWait: 20 * time.Millisecond})
+	var wg sync.WaitGroup
+	errs := make([]error, 40)
+	for i := range errs {
+		wg.Go(func() {
+			errs[i] = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+				id := fmt.Sprintf("key_%d", i)
+				if i%4 == 0 {
+					id = "key_dup" // all but the first of these violate the primary key
+				}
+				_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, name, secret_hash, created_at) VALUES (?, 'n', ?, 0)`, id, []byte(fmt.Sprint(i)))
+				return err
+			})
+		})
+	}
+	wg.Wait()
+	var failed int
+	for i, err := range errs {
+		if err != nil {
+			if i%4 != 0 {
+				t.Errorf("write %d failed: %v", i, err)
+			}
+			failed++
+		}
+	}
+	keys, err := db.APIKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 40 - failed; len(keys) != want || failed != 9 {
+		t.Errorf("rows = %d with %d failed, want %d rows and 9 failed", len(keys), failed, want)
+	}
+	if commits, writes := db.WriteStats(); commits >= writes {
+		t.Errorf("commits = %d for %d writes, want batches of more than one", commits, writes)
+	}
+}
+
+// What a write reports is durable: it is seen by a fresh connection, and a
+// batch whose transaction broke reports failure for every write in it.
+func TestWriteVisibleAfterReturn(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "oncepay.db")
+	db := mustOpenPath(t, path, Options{})
+	if ok, err := db.Claim(ctx, newAttempt("k", t0, time.Minute)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	other, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var n int
+	if err := other.QueryRow(`SELECT count(*) FROM payment_attempts`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("rows seen by another connection = %d (%v), want 1", n, err)
+	}
+	var mode string
+	db.w.QueryRow(`PRAGMA synchronous`).Scan(&mode)
+	if mode != "2" {
+		t.Errorf("synchronous = %s, want 2 (FULL)", mode)
+	}
+}
+
+func TestCloseDrainsAndRefuses(t *testing.T) {
+	db := MustOpen(t, Options{})
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			_, err := db.Claim(context.Background(), newAttempt(fmt.Sprint(i), t0, time.Minute))
+			if err != nil && !errors.Is(err, ErrClosed) {
+				t.Errorf("claim during close: %v", err)
+			}
+		})
+	}
+	db.Close()
+	wg.Wait()
+	if _, err := db.Claim(context.Background(), newAttempt("after", t0, time.Minute)); !errors.Is(err, ErrClosed) {
+		t.Errorf("claim after Close = %v, want ErrClosed", err)
+	}
+}
