@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"time"
-
-	"github.com/oncepay/oncepay/sqlitestore"
 )
 
 // runAPIKey manages merchant API keys: create prints the secret once, alone
@@ -18,14 +16,14 @@ func runAPIKey(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("usage: oncepay %s", synopsis)
 	}
 	sub, args := args[0], args[1:]
-	var dbPath string
+	var cfg config
 	fs := newFlagSet("apikey "+sub, synopsis, stderr)
-	fs.StringVar(&dbPath, "db", "oncepay.db", "SQLite database file")
+	cfg.registerStore(fs)
 	pos, err := parseFlags(fs, args, getenv)
 	if err != nil {
 		return err
 	}
-	db, err := sqlitestore.Open(ctx, dbPath, schema, sqlitestore.Options{})
+	db, err := cfg.openStore(ctx)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/gorilla/mux v1.8.1
+	github.com/robfig/cron/v3 v3.0.1
 	modernc.org/sqlite v1.62.0
 )
 

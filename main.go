@@ -33,6 +33,8 @@ const usage = `oncepay: a retried payment is charged at most once.
 Usage:
   oncepay demo                  workshop mode: simulated provider, no API keys
   oncepay serve                 the payment API for merchants (API keys required)
+  oncepay reconcile             settle stale attempts once, then exit
+  oncepay purge                 delete final attempts past the retention once, then exit
   oncepay sim-provider          the simulated provider as its own HTTP server
   oncepay apikey create NAME    make a merchant API key (printed once)
   oncepay apikey list           list API keys
@@ -54,6 +56,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runServe(ctx, args, getenv, stdout, stderr, false)
 	case "demo":
 		return runServe(ctx, args, getenv, stdout, stderr, true)
+	case "reconcile":
+		return runReconcile(ctx, args, getenv, stdout, stderr)
+	case "purge":
+		return runPurge(ctx, args, getenv, stdout, stderr)
 	case "sim-provider":
 		return runSimProvider(ctx, args, getenv, stderr)
 	case "apikey":

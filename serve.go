@@ -19,41 +19,121 @@ import (
 	"github.com/oncepay/oncepay/sqlitestore"
 )
 
-// serveConfig is what serve and demo are configured with.
-type serveConfig struct {
-	addr            string
-	db              string
-	provider        string
-	simDB           string
-	simFaults       sim.Faults
-	providerTimeout time.Duration
-	lease           time.Duration
-	maxBatch        int
-	batchWait       time.Duration
-	logLevel        slog.Level
+// config is what the commands are configured with; each command registers
+// the flags it uses.
+type config struct {
+	addr              string
+	db                string
+	provider          string
+	simDB             string
+	simFaults         sim.Faults
+	providerTimeout   time.Duration
+	lease             time.Duration
+	maxBatch          int
+	batchWait         time.Duration
+	staleAfter        time.Duration
+	retention         time.Duration
+	reconcileSchedule string
+	purgeSchedule     string
+	logLevel          slog.Level
 }
 
-func (c *serveConfig) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on (loopback unless you say otherwise)")
+func (c *config) registerStore(fs *flag.FlagSet) {
 	fs.StringVar(&c.db, "db", "oncepay.db", "SQLite database file")
+}
+
+func (c *config) registerWritePath(fs *flag.FlagSet) {
+	fs.IntVar(&c.maxBatch, "max-batch", 256, "most writes committed together in one transaction (group commit); 1 commits each alone")
+	fs.DurationVar(&c.batchWait, "batch-wait", 0, "how long the writer waits for more writes to join a batch (0: only those already waiting)")
+}
+
+func (c *config) registerProvider(fs *flag.FlagSet) {
 	fs.StringVar(&c.provider, "provider", "sim", `payment provider: "sim" (simulated, in process) or the URL of a running "oncepay sim-provider"`)
 	fs.StringVar(&c.simDB, "sim-db", "", `ledger file of the in-process simulated provider (default: the --db name with "-sim" added)`)
 	registerFaults(fs, &c.simFaults)
 	fs.DurationVar(&c.providerTimeout, "provider-timeout", 10*time.Second, "longest wait for one provider call; past it the outcome is unknown (503)")
 	fs.DurationVar(&c.lease, "lease", 30*time.Second, "how long a request owns its claim before a retry may take it over; must exceed --provider-timeout")
-	fs.IntVar(&c.maxBatch, "max-batch", 256, "most writes committed together in one transaction (group commit); 1 commits each alone")
-	fs.DurationVar(&c.batchWait, "batch-wait", 0, "how long the writer waits for more writes to join a batch (0: only those already waiting)")
+	fs.DurationVar(&c.staleAfter, "stale-after", 5*time.Minute, "age after which reconcile settles an attempt still in progress with no live lease; must exceed --lease")
+}
+
+func (c *config) registerServe(fs *flag.FlagSet) {
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on (loopback unless you say otherwise)")
+	c.registerRetention(fs)
+	fs.StringVar(&c.reconcileSchedule, "reconcile-schedule", "@every 1m", "cron schedule of reconcile (UTC)")
+	fs.StringVar(&c.purgeSchedule, "purge-schedule", "@every 10m", "cron schedule of purge (UTC)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 }
 
-func (c *serveConfig) validate() error {
+func (c *config) registerRetention(fs *flag.FlagSet) {
+	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long final attempts (and so their keys) are kept")
+}
+
+func (c *config) validate() error {
 	if c.lease <= c.providerTimeout {
 		return fmt.Errorf("--lease (%s) must exceed --provider-timeout (%s): a retry must not take over a call still running", c.lease, c.providerTimeout)
+	}
+	if c.staleAfter < c.lease {
+		return fmt.Errorf("--stale-after (%s) must be at least --lease (%s)", c.staleAfter, c.lease)
 	}
 	if c.simDB == "" {
 		c.simDB = strings.TrimSuffix(c.db, ".db") + "-sim.db"
 	}
 	return nil
+}
+
+// app is an open oncepay: its store, its provider, and the flow over them.
+type app struct {
+	db      *sqlitestore.DB
+	sim     *sim.Sim // nil unless the provider is the in-process simulation
+	service *payment.Service
+}
+
+func (c *config) openStore(ctx context.Context) (*sqlitestore.DB, error) {
+	return sqlitestore.Open(ctx, c.db, schema, sqlitestore.Options{MaxBatch: c.maxBatch, MaxWait: c.batchWait})
+}
+
+// open opens the store and the provider configured by c.
+func (c *config) open(ctx context.Context, log *slog.Logger) (*app, error) {
+	db, err := c.openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a := &app{db: db}
+	var provider payment.Provider
+	switch {
+	case c.provider == "sim":
+		if a.sim, err = openSim(c.simDB, c.simFaults); err != nil {
+			db.Close()
+			return nil, err
+		}
+		provider = a.sim
+	case strings.HasPrefix(c.provider, "http://") || strings.HasPrefix(c.provider, "https://"):
+		provider = remote.New(c.provider, c.providerTimeout)
+	default:
+		db.Close()
+		return nil, fmt.Errorf(`--provider %q: want "sim" or the http(s) URL of a running sim-provider`, c.provider)
+	}
+	a.service = &payment.Service{
+		Store: db, Provider: provider, Log: log, Now: time.Now,
+		ProviderTimeout: c.providerTimeout, Lease: c.lease,
+	}
+	return a, nil
+}
+
+func (a *app) Close() error {
+	err := a.db.Close()
+	if a.sim != nil {
+		err = errors.Join(err, a.sim.Close())
+	}
+	return err
+}
+
+func (a *app) reconciler(c *config) *payment.Reconciler {
+	return &payment.Reconciler{Service: a.service, StaleAfter: c.staleAfter, Limit: 1000}
+}
+
+func newPurger(db *sqlitestore.DB, retention time.Duration) *payment.Purger {
+	return &payment.Purger{Store: db, Now: time.Now, Retention: retention, BatchSize: 1000}
 }
 
 // runServe runs serve (merchant API keys required) or, with demo, the
@@ -63,9 +143,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if demo {
 		name = "demo"
 	}
-	var cfg serveConfig
+	var cfg config
 	fs := newFlagSet(name, name+" [flags]", stderr)
-	cfg.register(fs)
+	cfg.registerServe(fs)
+	cfg.registerStore(fs)
+	cfg.registerWritePath(fs)
+	cfg.registerProvider(fs)
 	if _, err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
@@ -78,40 +161,29 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log := slog.New(handler)
 
-	db, err := sqlitestore.Open(ctx, cfg.db, schema, sqlitestore.Options{MaxBatch: cfg.maxBatch, MaxWait: cfg.batchWait})
+	a, err := cfg.open(ctx, log)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-
-	srvCfg := server.Config{Log: log}
-	var provider payment.Provider
-	if cfg.provider == "sim" {
-		s, err := openSim(cfg.simDB, cfg.simFaults)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		provider, srvCfg.Sim = s, s.Handler()
+	defer a.Close()
+	srvCfg := server.Config{Payments: a.service, Log: log}
+	if a.sim != nil {
+		srvCfg.Sim = a.sim.Handler()
 		if !demo {
 			log.Warn("SIMULATED PROVIDER: no real money moves. Set --provider for a real one.", "ledger", cfg.simDB)
 		}
-	} else {
-		if !strings.HasPrefix(cfg.provider, "http://") && !strings.HasPrefix(cfg.provider, "https://") {
-			return fmt.Errorf(`--provider %q: want "sim" or the http(s) URL of a running sim-provider`, cfg.provider)
-		}
-		provider = remote.New(cfg.provider, cfg.providerTimeout)
-	}
-	srvCfg.Payments = &payment.Service{
-		Store: db, Provider: provider, Log: log, Now: time.Now,
-		ProviderTimeout: cfg.providerTimeout, Lease: cfg.lease,
 	}
 	if !demo {
-		srvCfg.Keys = db
+		srvCfg.Keys = a.db
 	}
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
+		return err
+	}
+	jobs, err := startJobs(ctx, log, &cfg, a)
+	if err != nil {
+		ln.Close()
 		return err
 	}
 	url := "http://" + ln.Addr().String()
@@ -119,7 +191,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintf(stdout, "oncepay demo: %s (simulated provider, no API key needed)\n", url)
 	}
 	log.Info("listening", "url", url, "mode", name, "db", cfg.db)
-	return serveHTTP(ctx, ln, server.New(srvCfg), cfg.providerTimeout, log)
+	err = serveHTTP(ctx, ln, server.New(srvCfg), cfg.providerTimeout, log)
+	<-jobs.Stop().Done() // then the deferred Close: the database goes last
+	return err
 }
 
 func openSim(path string, faults sim.Faults) (*sim.Sim, error) {

@@ -79,6 +79,14 @@ type Store interface {
 	// Release drops the owner's lease, so the client's retry can take over at
 	// once. It does nothing if fence no longer owns the attempt.
 	Release(ctx context.Context, scope, key string, fence int64, now time.Time) error
+
+	// Stale returns up to limit attempts in progress created at or before
+	// createdBefore with no live lease at now, oldest first.
+	Stale(ctx context.Context, createdBefore, now time.Time, limit int) ([]Attempt, error)
+
+	// Purge deletes up to limit final attempts last updated before before,
+	// never one in progress, and returns how many.
+	Purge(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // KeyStore authenticates merchant API keys.

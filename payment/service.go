@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/crashpoint"
 )
 
 // Result is the answer to a payment request: a status and the exact body.
@@ -50,6 +52,7 @@ func (s *Service) Pay(ctx context.Context, scope, key string, req Request) (Resu
 			return Result{}, cerr
 		}
 		if claimed {
+			crashpoint.Hit("after-claim")
 			return s.charge(ctx, a, req, false)
 		}
 		cur, err = s.Store.Attempt(ctx, scope, key)
@@ -120,11 +123,13 @@ func (s *Service) charge(ctx context.Context, a Attempt, req Request, lookupFirs
 		return Result{}, Errorf(EOUTCOMEUNKNOWN, "The payment provider's answer was lost; the payment may or may not have been charged. Retry with the same Idempotency-Key to learn the outcome.")
 	} else {
 		o = SucceededOutcome(a, c)
+		crashpoint.Hit("after-charge")
 	}
 	ok, err := s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o, s.Now())
 	if err != nil {
 		return Result{}, err
 	}
+	crashpoint.Hit("after-record")
 	if !ok { // fenced out: a takeover or reconcile recorded first; theirs stands
 		return s.settled(ctx, a)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/crashpoint"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -66,6 +67,7 @@ func (db *DB) Record(ctx context.Context, scope, key string, fence int64, o paym
 		if err != nil {
 			return err
 		}
+		crashpoint.Hit("in-record") // the update is written, not yet committed
 		n, err := res.RowsAffected()
 		ok = n == 1
 		return err
@@ -155,4 +157,43 @@ func (db *DB) Counts(ctx context.Context) (map[payment.Status]int, error) {
 		counts[s] = n
 	}
 	return counts, mapErr(rows.Err())
+}
+
+// Stale returns up to limit attempts still in progress that were created at
+// or before createdBefore and hold no live lease at now, oldest first.
+func (db *DB) Stale(ctx context.Context, createdBefore, now time.Time, limit int) ([]payment.Attempt, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT `+attemptColumns+` FROM payment_attempts
+		WHERE status = 'in_progress' AND created_at <= ?
+		  AND (lease_expires_at IS NULL OR lease_expires_at <= ?)
+		ORDER BY created_at LIMIT ?`, ms(createdBefore), ms(now), limit)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	var stale []payment.Attempt
+	for rows.Next() {
+		a, err := scanAttempt(rows)
+		if err != nil {
+			return nil, err
+		}
+		stale = append(stale, *a)
+	}
+	return stale, mapErr(rows.Err())
+}
+
+// Purge deletes up to limit final attempts last updated before before and
+// returns how many it deleted. Attempts in progress are never deleted.
+func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
+	var n int64
+	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM payment_attempts WHERE rowid IN (
+			SELECT rowid FROM payment_attempts
+			WHERE status IN ('succeeded', 'failed') AND updated_at < ? LIMIT ?)`, ms(before), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
 }

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// startJobs schedules reconcile and purge on cron, in UTC: a panic is
+// recovered and logged, and a run still going when the next is due makes
+// that one skip, so runs never overlap.
+func startJobs(ctx context.Context, log *slog.Logger, cfg *config, a *app) (*cron.Cron, error) {
+	cl := cronLogger{log}
+	c := cron.New(cron.WithLocation(time.UTC), cron.WithLogger(cl),
+		cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
+	rec, pur := a.reconciler(cfg), newPurger(a.db, cfg.retention)
+	if _, err := c.AddFunc(cfg.reconcileSchedule, func() { logRun(ctx, log, "reconcile", rec.RunOnce) }); err != nil {
+		return nil, fmt.Errorf("--reconcile-schedule %q: %w", cfg.reconcileSchedule, err)
+	}
+	if _, err := c.AddFunc(cfg.purgeSchedule, func() { logRun(ctx, log, "purge", pur.RunOnce) }); err != nil {
+		return nil, fmt.Errorf("--purge-schedule %q: %w", cfg.purgeSchedule, err)
+	}
+	c.Start()
+	return c, nil
+}
+
+// logRun runs a job once and logs one line of what it did.
+func logRun[R fmt.Stringer](ctx context.Context, log *slog.Logger, name string, runOnce func(context.Context) (R, error)) {
+	start := time.Now()
+	res, err := runOnce(ctx)
+	if err != nil {
+		log.Error("job failed", "job", name, "result", res.String(), "err", err, "duration", time.Since(start))
+		return
+	}
+	log.Info("job done", "job", name, "result", res.String(), "duration", time.Since(start))
+}
+
+// cronLogger lets cron log through slog.
+type cronLogger struct{ log *slog.Logger }
+
+func (l cronLogger) Info(msg string, kv ...any) { l.log.Debug("cron: "+msg, kv...) }
+
+func (l cronLogger) Error(err error, msg string, kv ...any) {
+	l.log.Error("cron: "+msg, append(kv, "err", err)...)
+}
+
+// runReconcile is "oncepay reconcile": one pass now, for systemd timers and
+// operators.
+func runReconcile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var cfg config
+	fs := newFlagSet("reconcile", "reconcile [flags]", stderr)
+	cfg.registerStore(fs)
+	cfg.registerProvider(fs)
+	if _, err := parseFlags(fs, args, getenv); err != nil {
+		return err
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	a, err := cfg.open(ctx, slog.New(slog.NewTextHandler(stderr, nil)))
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	res, err := a.reconciler(&cfg).RunOnce(ctx)
+	fmt.Fprintln(stdout, res)
+	return err
+}
+
+// runPurge is "oncepay purge": one pass now.
+func runPurge(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var cfg config
+	fs := newFlagSet("purge", "purge [flags]", stderr)
+	cfg.registerStore(fs)
+	cfg.registerRetention(fs)
+	if _, err := parseFlags(fs, args, getenv); err != nil {
+		return err
+	}
+	db, err := cfg.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	res, err := newPurger(db, cfg.retention).RunOnce(ctx)
+	fmt.Fprintln(stdout, res)
+	return err
+}

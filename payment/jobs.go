@@ -1,0 +1,140 @@
+package payment
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Reconciler settles attempts left in progress: their owner died, or its
+// answer was lost and the client never retried. The provider is the source
+// of truth; nothing is guessed.
+type Reconciler struct {
+	*Service
+	// StaleAfter is how old an in-progress attempt must be before reconcile
+	// touches it. Far longer than a provider call, so a request whose call
+	// timed out on our side has surely landed or died at the provider.
+	StaleAfter time.Duration
+	// Limit caps the attempts one run settles; the next run takes the rest.
+	Limit int
+}
+
+// ReconcileResult is what one run did.
+type ReconcileResult struct {
+	Checked   int // stale attempts found
+	Succeeded int // the provider had charged: recorded as succeeded
+	Failed    int // the provider had not: recorded as not completed
+	Unknown   int // the provider could not say: left for the next run
+	Skipped   int // a retry settled or took it over first
+}
+
+func (r ReconcileResult) String() string {
+	return fmt.Sprintf("reconcile: %d stale, %d succeeded, %d failed (not completed), %d still unknown, %d skipped",
+		r.Checked, r.Succeeded, r.Failed, r.Unknown, r.Skipped)
+}
+
+// RunOnce settles the stale attempts there are now.
+func (r *Reconciler) RunOnce(ctx context.Context) (ReconcileResult, error) {
+	var res ReconcileResult
+	now := r.Now()
+	stale, err := r.Store.Stale(ctx, now.Add(-r.StaleAfter), now, r.Limit)
+	if err != nil {
+		return res, err
+	}
+	for _, a := range stale {
+		res.Checked++
+		st, err := r.settle(ctx, a)
+		if err != nil {
+			return res, err
+		}
+		switch st {
+		case Succeeded:
+			res.Succeeded++
+		case Failed:
+			res.Failed++
+		case InProgress:
+			res.Unknown++
+		default:
+			res.Skipped++
+		}
+	}
+	return res, nil
+}
+
+// ReconcileOne settles one attempt now if it is stale (in progress, older
+// than StaleAfter, no live lease): what the admin page's button does. It
+// returns the attempt as it stands afterwards.
+func (r *Reconciler) ReconcileOne(ctx context.Context, scope, key string) (*Attempt, error) {
+	a, err := r.Store.Attempt(ctx, scope, key)
+	if err != nil {
+		return nil, err
+	}
+	now := r.Now()
+	if a.Status != InProgress || a.LeaseLive(now) || a.CreatedAt.After(now.Add(-r.StaleAfter)) {
+		return nil, Errorf(EINVALID, "Only an attempt in progress for over %s with no live lease can be reconciled.", r.StaleAfter)
+	}
+	if _, err := r.settle(ctx, *a); err != nil {
+		return nil, err
+	}
+	return r.Store.Attempt(ctx, scope, key)
+}
+
+// settle takes a over, asks the provider by key and records what it says.
+// It returns the status it left: "" if it could not take a over.
+func (r *Reconciler) settle(ctx context.Context, a Attempt) (Status, error) {
+	now := r.Now()
+	fence, ok, err := r.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence, now, now.Add(r.Lease))
+	if err != nil || !ok {
+		return "", err
+	}
+	a.Fence = fence
+	pctx, cancel := context.WithTimeout(ctx, r.ProviderTimeout)
+	c, found, err := r.Provider.Lookup(pctx, DownstreamKey(a.Scope, a.Key))
+	cancel()
+	if err != nil {
+		r.Log.Warn("reconcile: provider lookup failed; left for the next run", "payment_id", a.ID, "err", err)
+		return InProgress, r.Store.Release(ctx, a.Scope, a.Key, a.Fence, r.Now())
+	}
+	o := NotCompletedOutcome(a)
+	if found {
+		o = SucceededOutcome(a, c)
+	}
+	ok, err = r.Store.Record(ctx, a.Scope, a.Key, a.Fence, o, r.Now())
+	if err != nil || !ok {
+		return "", err
+	}
+	r.Log.Info("reconcile: settled", "payment_id", a.ID, "status", o.Status, "charge_id", o.ChargeID)
+	return o.Status, nil
+}
+
+// Purger deletes final attempts older than the retention, in batches, so
+// the table stays small and no transaction holds the writer for long.
+type Purger struct {
+	Store     Store
+	Now       func() time.Time
+	Retention time.Duration
+	BatchSize int
+}
+
+// PurgeResult is what one run did.
+type PurgeResult struct {
+	Deleted int
+	Before  time.Time // attempts final before this were deleted
+}
+
+func (r PurgeResult) String() string {
+	return fmt.Sprintf("purge: deleted %d final attempts last updated before %s", r.Deleted, r.Before.UTC().Format(time.RFC3339))
+}
+
+// RunOnce deletes every final attempt older than the retention, batch by
+// batch until a batch comes back short.
+func (p *Purger) RunOnce(ctx context.Context) (PurgeResult, error) {
+	res := PurgeResult{Before: p.Now().Add(-p.Retention)}
+	for {
+		n, err := p.Store.Purge(ctx, res.Before, p.BatchSize)
+		res.Deleted += n
+		if err != nil || n < p.BatchSize {
+			return res, err
+		}
+	}
+}

@@ -1,0 +1,245 @@
+package payment_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/provider/sim"
+	"github.com/oncepay/oncepay/sqlitestore"
+)
+
+// clock is an injected time that tests move by hand.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+type fixture struct {
+	clock *clock
+	db    *sqlitestore.DB
+	sim   *sim.Sim
+	svc   *payment.Service
+	rec   *payment.Reconciler
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	schema, err := os.ReadFile("../schema.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sqlitestore.Open(context.Background(), filepath.Join(dir, "oncepay.db"), string(schema), sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := sim.Open(filepath.Join(dir, "sim.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	svc := &payment.Service{Store: db, Provider: s, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now: c.Now, ProviderTimeout: 100 * time.Millisecond, Lease: 30 * time.Second}
+	return &fixture{clock: c, db: db, sim: s, svc: svc,
+		rec: &payment.Reconciler{Service: svc, StaleAfter: 5 * time.Minute, Limit: 100}}
+}
+
+// abandon claims key as an owner that then dies: in progress, lease live
+// until it expires on its own.
+func (f *fixture) abandon(t *testing.T, key string, charged bool) *payment.Attempt {
+	t.Helper()
+	req := payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}
+	now := f.clock.Now()
+	a := &payment.Attempt{Scope: "demo", Key: key, ID: payment.NewPaymentID(), Request: req.Canonical(),
+		RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR", Status: payment.InProgress, Fence: 1,
+		LeaseExpiresAt: now.Add(f.svc.Lease), CreatedAt: now, UpdatedAt: now}
+	if ok, err := f.db.Claim(context.Background(), a); !ok || err != nil {
+		t.Fatalf("Claim = %v, %v", ok, err)
+	}
+	if charged {
+		if _, err := f.sim.Charge(context.Background(), payment.ChargeRequest{IdempotencyKey: payment.DownstreamKey("demo", key),
+			Amount: 1000, Currency: "EUR", Source: "tok_visa"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a
+}
+
+func (f *fixture) attempt(t *testing.T, key string) *payment.Attempt {
+	t.Helper()
+	a, err := f.db.Attempt(context.Background(), "demo", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestReconcile(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	f.abandon(t, "charged", true)
+	f.abandon(t, "not-charged", false)
+	f.clock.Add(time.Minute)
+	f.abandon(t, "young", false)
+
+	// Nothing is stale before stale-after.
+	if res, err := f.rec.RunOnce(ctx); err != nil || res.Checked != 0 {
+		t.Fatalf("RunOnce at +1m = %+v, %v; want nothing checked", res, err)
+	}
+	f.clock.Add(4*time.Minute + time.Second) // the first two are 5m01s old, "young" 4m01s
+	res, err := f.rec.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (payment.ReconcileResult{Checked: 2, Succeeded: 1, Failed: 1}); res != want {
+		t.Errorf("RunOnce = %+v, want %+v", res, want)
+	}
+
+	charged := f.attempt(t, "charged")
+	charges, _ := f.sim.Charges(ctx)
+	if charged.Status != payment.Succeeded || charged.ResponseStatus != 201 || charged.ChargeID != charges[0].ID {
+		t.Errorf("charged = %s %d %s, want succeeded 201 %s", charged.Status, charged.ResponseStatus, charged.ChargeID, charges[0].ID)
+	}
+	// Reconcile stored what a live request would have: the same bytes.
+	if want := payment.SucceededOutcome(*charged, charges[0]).ResponseBody; string(charged.ResponseBody) != string(want) {
+		t.Errorf("reconciled body = %s, want %s", charged.ResponseBody, want)
+	}
+	notCharged := f.attempt(t, "not-charged")
+	var p payment.Problem
+	json.Unmarshal(notCharged.ResponseBody, &p)
+	if notCharged.Status != payment.Failed || p.Type != payment.ProblemNotCompleted || p.Status != notCharged.ResponseStatus {
+		t.Errorf("not-charged = %s %d %s, want failed with a payment-not-completed problem", notCharged.Status, notCharged.ResponseStatus, notCharged.ResponseBody)
+	}
+	if f.attempt(t, "young").Status != payment.InProgress {
+		t.Errorf("young attempt was touched")
+	}
+	if len(charges) != 1 {
+		t.Errorf("ledger has %d charges, want 1: reconcile must never charge", len(charges))
+	}
+
+	// The client's retry now gets the settled answer.
+	r, err := f.svc.Pay(ctx, "demo", "charged", payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"})
+	if err != nil || r.Status != 201 || !r.Replayed || string(r.Body) != string(charged.ResponseBody) {
+		t.Errorf("retry after reconcile = %d %v %v, want the stored 201", r.Status, r.Replayed, err)
+	}
+}
+
+// A live lease keeps reconcile away, however old the attempt.
+func TestReconcileSkipsLiveLease(t *testing.T) {
+	f := newFixture(t)
+	f.svc.Lease = time.Hour
+	f.rec.StaleAfter = time.Hour
+	f.abandon(t, "leased", false)
+	f.clock.Add(time.Hour - time.Second)
+	if res, _ := f.rec.RunOnce(context.Background()); res.Checked != 0 {
+		t.Errorf("RunOnce = %+v, want nothing: the lease is live", res)
+	}
+}
+
+// When the provider cannot say, nothing is guessed: the row stays in
+// progress, lease released, for the next run.
+func TestReconcileLookupFailures(t *testing.T) {
+	for name, faults := range map[string]sim.Faults{
+		"lookup fails":     {FailLookup: 1},
+		"lookup times out": {Latency: time.Second}, // over the 100ms provider timeout
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			f.abandon(t, "k", true)
+			f.clock.Add(10 * time.Minute)
+			f.sim.SetFaults(faults)
+			res, err := f.rec.RunOnce(context.Background())
+			if err != nil || res != (payment.ReconcileResult{Checked: 1, Unknown: 1}) {
+				t.Fatalf("RunOnce = %+v, %v; want 1 unknown", res, err)
+			}
+			if a := f.attempt(t, "k"); a.Status != payment.InProgress || !a.LeaseExpiresAt.IsZero() {
+				t.Fatalf("attempt = %s lease %v, want in progress with no lease", a.Status, a.LeaseExpiresAt)
+			}
+			f.sim.SetFaults(sim.Faults{})
+			res, err = f.rec.RunOnce(context.Background())
+			if err != nil || res != (payment.ReconcileResult{Checked: 1, Succeeded: 1}) {
+				t.Errorf("next RunOnce = %+v, %v; want 1 succeeded", res, err)
+			}
+		})
+	}
+}
+
+// A late owner that comes back after reconcile settled cannot overwrite it.
+func TestLateOwnerFencedOutByReconcile(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	a := f.abandon(t, "k", false)
+	f.clock.Add(10 * time.Minute)
+	if res, _ := f.rec.RunOnce(ctx); res.Failed != 1 {
+		t.Fatalf("RunOnce = %+v, want 1 failed", res)
+	}
+	late := payment.SucceededOutcome(*a, payment.Charge{ID: "ch_late"})
+	if ok, err := f.db.Record(ctx, "demo", "k", a.Fence, late, f.clock.Now()); ok || err != nil {
+		t.Fatalf("late Record = %v, %v; want refused", ok, err)
+	}
+	if got := f.attempt(t, "k"); got.Status != payment.Failed || got.ChargeID != "" {
+		t.Errorf("attempt = %s %s, want reconcile's failed", got.Status, got.ChargeID)
+	}
+}
+
+func TestReconcileOne(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	f.abandon(t, "k", true)
+	if _, err := f.rec.ReconcileOne(ctx, "demo", "k"); payment.ErrorCode(err) != payment.EINVALID {
+		t.Errorf("ReconcileOne of a fresh attempt = %v, want EINVALID", err)
+	}
+	f.clock.Add(6 * time.Minute)
+	a, err := f.rec.ReconcileOne(ctx, "demo", "k")
+	if err != nil || a.Status != payment.Succeeded {
+		t.Errorf("ReconcileOne = %v, %v; want succeeded", a, err)
+	}
+}
+
+// Purge deletes final attempts past the retention, in batches, and never an
+// attempt in progress.
+func TestPurge(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	for _, key := range []string{"a", "b", "c", "d", "e"} {
+		if _, err := f.svc.Pay(ctx, "demo", key, payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.abandon(t, "stuck", false)
+	f.clock.Add(23 * time.Hour)
+	f.svc.Pay(ctx, "demo", "recent", payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_chargeDeclined"})
+	f.clock.Add(2 * time.Hour)
+
+	p := &payment.Purger{Store: f.db, Now: f.clock.Now, Retention: 24 * time.Hour, BatchSize: 2}
+	res, err := p.RunOnce(ctx)
+	if err != nil || res.Deleted != 5 {
+		t.Fatalf("RunOnce = %+v, %v; want 5 deleted", res, err)
+	}
+	counts, _ := f.db.Counts(ctx)
+	if counts[payment.InProgress] != 1 || counts[payment.Failed] != 1 || counts[payment.Succeeded] != 0 {
+		t.Errorf("left = %v, want the stuck one in progress and the recent decline", counts)
+	}
+	f.clock.Add(100 * 24 * time.Hour)
+	p.RunOnce(ctx)
+	if counts, _ := f.db.Counts(ctx); counts[payment.InProgress] != 1 {
+		t.Errorf("in progress after a long time = %d, want 1: purge never deletes those", counts[payment.InProgress])
+	}
+}
