@@ -27,6 +27,10 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
 CREATE INDEX IF NOT EXISTS payment_attempts_status_updated
     ON payment_attempts (status, updated_at);
 
+-- The admin page lists newest first and finds an attempt by its charge.
+CREATE INDEX IF NOT EXISTS payment_attempts_created ON payment_attempts (created_at);
+CREATE INDEX IF NOT EXISTS payment_attempts_charge ON payment_attempts (charge_id);
+
 -- Merchant API keys. Only a SHA-256 of the secret is kept: the secret is
 -- 256 random bits, so a fast hash cannot be brute-forced.
 CREATE TABLE IF NOT EXISTS api_keys (

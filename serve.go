@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncepay/oncepay/metrics"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/remote"
 	"github.com/oncepay/oncepay/provider/sim"
@@ -33,6 +34,7 @@ type config struct {
 	batchWait         time.Duration
 	staleAfter        time.Duration
 	retention         time.Duration
+	adminToken        string
 	reconcileSchedule string
 	purgeSchedule     string
 	logLevel          slog.Level
@@ -58,9 +60,10 @@ func (c *config) registerProvider(fs *flag.FlagSet) {
 
 func (c *config) registerServe(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on (loopback unless you say otherwise)")
+	fs.StringVar(&c.adminToken, "admin-token", "", "credential of the admin page and GET /v1/attempts (serve); empty keeps them closed")
 	c.registerRetention(fs)
-	fs.StringVar(&c.reconcileSchedule, "reconcile-schedule", "@every 1m", "cron schedule of reconcile (UTC)")
-	fs.StringVar(&c.purgeSchedule, "purge-schedule", "@every 10m", "cron schedule of purge (UTC)")
+	fs.StringVar(&c.reconcileSchedule, "reconcile-schedule", "@every 1m", "cron schedule of reconcile (UTC), or off")
+	fs.StringVar(&c.purgeSchedule, "purge-schedule", "@every 10m", "cron schedule of purge (UTC), or off")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 }
 
@@ -166,29 +169,35 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer a.Close()
-	srvCfg := server.Config{Payments: a.service, Log: log}
+	m := metrics.New(a.db.InProgress, time.Now)
+	a.service.ObserveProviderCall = m.ProviderCall
+	srvCfg := server.Config{Payments: a.service, Log: log, Metrics: m.Handler(), CountRequest: m.Request}
 	if a.sim != nil {
 		srvCfg.Sim = a.sim.Handler()
 		if !demo {
 			log.Warn("SIMULATED PROVIDER: no real money moves. Set --provider for a real one.", "ledger", cfg.simDB)
 		}
 	}
+	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: a.reconciler(&cfg), Token: cfg.adminToken, Open: demo}
 	if !demo {
 		srvCfg.Keys = a.db
+		if cfg.adminToken == "" {
+			log.Info("admin page closed: set --admin-token or ONCEPAY_ADMIN_TOKEN to open /admin and GET /v1/attempts")
+		}
 	}
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return err
 	}
-	jobs, err := startJobs(ctx, log, &cfg, a)
+	jobs, err := startJobs(ctx, log, &cfg, a, m)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	url := "http://" + ln.Addr().String()
 	if demo {
-		fmt.Fprintf(stdout, "oncepay demo: %s (simulated provider, no API key needed)\n", url)
+		fmt.Fprintf(stdout, "oncepay demo: %s (simulated provider, no API key needed)\nadmin page: %s/admin\n", url, url)
 	}
 	log.Info("listening", "url", url, "mode", name, "db", cfg.db)
 	err = serveHTTP(ctx, ln, server.New(srvCfg), cfg.providerTimeout, log)

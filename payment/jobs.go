@@ -88,9 +88,7 @@ func (r *Reconciler) settle(ctx context.Context, a Attempt) (Status, error) {
 		return "", err
 	}
 	a.Fence = fence
-	pctx, cancel := context.WithTimeout(ctx, r.ProviderTimeout)
-	c, found, err := r.Provider.Lookup(pctx, DownstreamKey(a.Scope, a.Key))
-	cancel()
+	c, found, err := r.lookup(ctx, DownstreamKey(a.Scope, a.Key))
 	if err != nil {
 		r.Log.Warn("reconcile: provider lookup failed; left for the next run", "payment_id", a.ID, "err", err)
 		return InProgress, r.Store.Release(ctx, a.Scope, a.Key, a.Fence, r.Now())

@@ -103,3 +103,25 @@ type APIKey struct {
 	CreatedAt time.Time
 	RevokedAt time.Time // zero while live
 }
+
+// AttemptFilter selects attempts for the admin page.
+type AttemptFilter struct {
+	Status Status // "" for all
+	Search string // an idempotency key prefix, a payment id or a charge id
+	Limit  int
+	Offset int
+}
+
+// ListedAttempt is an attempt with the name of the merchant it belongs to.
+type ListedAttempt struct {
+	Attempt
+	Merchant string
+}
+
+// AdminStore is what the admin page reads, across every merchant.
+type AdminStore interface {
+	ListAttempts(ctx context.Context, f AttemptFilter) ([]ListedAttempt, error)
+	Counts(ctx context.Context) (map[Status]int, error)
+	// AttemptByPaymentID finds an attempt by payment id in any scope.
+	AttemptByPaymentID(ctx context.Context, id string) (*ListedAttempt, error)
+}

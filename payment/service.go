@@ -29,6 +29,10 @@ type Service struct {
 	// Lease is how long an owner holds a claim before a retry may take it
 	// over. It must outlast ProviderTimeout with margin.
 	Lease time.Duration
+	// ObserveProviderCall, if set, is told of every provider call: op is
+	// "charge" or "lookup", result one of succeeded, declined, found,
+	// not_found or unknown.
+	ObserveProviderCall func(op, result string, d time.Duration)
 }
 
 // Pay makes the payment req under (scope, key) at most once, whatever the
@@ -95,18 +99,16 @@ func (s *Service) charge(ctx context.Context, a Attempt, req Request, lookupFirs
 	// A client that hangs up must not abandon a charge in flight, nor the
 	// record of its answer.
 	ctx = context.WithoutCancel(ctx)
-	pctx, cancel := context.WithTimeout(ctx, s.ProviderTimeout)
-	defer cancel()
 	var (
 		c     Charge
 		found bool
 		err   error
 	)
 	if lookupFirst {
-		c, found, err = s.Provider.Lookup(pctx, dk)
+		c, found, err = s.lookup(ctx, dk)
 	}
 	if err == nil && !found {
-		c, err = s.Provider.Charge(pctx, ChargeRequest{
+		c, err = s.providerCharge(ctx, ChargeRequest{
 			IdempotencyKey: dk, Amount: req.Amount, Currency: req.Currency,
 			Source: req.Source, Description: req.Description,
 		})
@@ -134,6 +136,45 @@ func (s *Service) charge(ctx context.Context, a Attempt, req Request, lookupFirs
 		return s.settled(ctx, a)
 	}
 	return Result{Status: o.ResponseStatus, Body: o.ResponseBody}, nil
+}
+
+// lookup asks the provider for the charge under key, within ProviderTimeout.
+func (s *Service) lookup(ctx context.Context, key string) (Charge, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.ProviderTimeout)
+	defer cancel()
+	start := time.Now()
+	c, found, err := s.Provider.Lookup(ctx, key)
+	result := "not_found"
+	switch {
+	case err != nil:
+		result = "unknown"
+	case found:
+		result = "found"
+	}
+	s.observe("lookup", result, start)
+	return c, found, err
+}
+
+// providerCharge asks the provider to charge, within ProviderTimeout.
+func (s *Service) providerCharge(ctx context.Context, req ChargeRequest) (Charge, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.ProviderTimeout)
+	defer cancel()
+	start := time.Now()
+	c, err := s.Provider.Charge(ctx, req)
+	result := "succeeded"
+	if _, declined := IsDecline(err); declined {
+		result = "declined"
+	} else if err != nil {
+		result = "unknown"
+	}
+	s.observe("charge", result, start)
+	return c, err
+}
+
+func (s *Service) observe(op, result string, start time.Time) {
+	if s.ObserveProviderCall != nil {
+		s.ObserveProviderCall(op, result, time.Since(start))
+	}
 }
 
 // settled answers from whatever the store holds now, for a caller that lost

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/metrics"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/server"
@@ -26,6 +27,7 @@ type env struct {
 	dir     string
 	DB      *sqlitestore.DB
 	Sim     *sim.Sim
+	Metrics *metrics.Metrics
 	Service *payment.Service
 	Server  *httptest.Server
 	Client  *http.Client
@@ -38,6 +40,10 @@ type envOptions struct {
 	now     func() time.Time
 	lease   time.Duration
 	storeOp sqlitestore.Options
+	// adminToken opens the admin surface in serve mode (auth); demo mode
+	// leaves it open.
+	adminToken string
+	log        io.Writer // where the JSON logs go; discarded if nil
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -67,14 +73,21 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if err := s.SetFaults(o.faults); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc := &payment.Service{Store: db, Provider: s, Log: log, Now: o.now, ProviderTimeout: 5 * time.Second, Lease: o.lease}
-	cfg := server.Config{Payments: svc, Sim: s.Handler(), Log: log}
+	if o.log == nil {
+		o.log = io.Discard
+	}
+	log := slog.New(slog.NewJSONHandler(o.log, nil))
+	m := metrics.New(db.InProgress, o.now)
+	svc := &payment.Service{Store: db, Provider: s, Log: log, Now: o.now, ProviderTimeout: 5 * time.Second, Lease: o.lease,
+		ObserveProviderCall: m.ProviderCall}
+	rec := &payment.Reconciler{Service: svc, StaleAfter: 5 * time.Minute, Limit: 100}
+	cfg := server.Config{Payments: svc, Sim: s.Handler(), Log: log, Metrics: m.Handler(), CountRequest: m.Request,
+		Admin: server.Admin{Store: db, Reconciler: rec, Token: o.adminToken, Open: !o.auth}}
 	if o.auth {
 		cfg.Keys = db
 	}
 	srv := httptest.NewServer(server.New(cfg))
-	e := &env{t: t, dir: o.dir, DB: db, Sim: s, Service: svc, Server: srv,
+	e := &env{t: t, dir: o.dir, DB: db, Sim: s, Metrics: m, Service: svc, Server: srv,
 		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}, Timeout: 30 * time.Second}}
 	t.Cleanup(e.Close)
 	return e

@@ -34,6 +34,7 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 				return
 			}
 		}
+		infoOf(r).scope = scope
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), scopeKey, scope)))
 	})
 }
@@ -52,6 +53,9 @@ func scopeOf(ctx context.Context) string { return ctx.Value(scopeKey).(string) }
 // the claim: a bad request writes nothing and leaves the key usable.
 func (s *server) handleCreatePayment(w http.ResponseWriter, r *http.Request) {
 	keys := r.Header.Values("Idempotency-Key")
+	if len(keys) == 1 {
+		infoOf(r).keyHash = keyHash(keys[0])
+	}
 	if len(keys) != 1 || !payment.ValidKey(keys[0]) {
 		s.writeError(w, r, payment.Errorf(payment.EKEY, "Send exactly one Idempotency-Key header of 1-%d visible ASCII characters, made once per payment intent.", payment.MaxKeyLen))
 		return
@@ -82,8 +86,15 @@ func (s *server) handleCreatePayment(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if res.Replayed {
+	info := infoOf(r)
+	switch {
+	case res.Replayed:
 		w.Header().Set("Idempotent-Replayed", "true")
+		info.outcome = "replayed"
+	case res.Status == http.StatusCreated:
+		info.outcome = "created"
+	default:
+		info.outcome = "declined"
 	}
 	writeBody(w, res.Status, res.Body)
 }

@@ -53,6 +53,7 @@ func (s *server) problemOf(r *http.Request, err error) (payment.Problem, bool) {
 
 // writeError writes err as a problem.
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	infoOf(r).outcome = outcomeOfError(err)
 	p, retry := s.problemOf(r, err)
 	if retry {
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))

@@ -20,7 +20,13 @@ type Config struct {
 	// Sim, when the provider is the simulated one, serves /sim/ (the ledger
 	// and the fault knobs).
 	Sim http.Handler
-	Log *slog.Logger
+	// Admin is the admin surface; with no Store it is not served at all.
+	Admin Admin
+	// Metrics, if set, serves GET /metrics behind the admin credential.
+	Metrics http.Handler
+	// CountRequest, if set, is told the outcome of every POST /v1/payments.
+	CountRequest func(outcome string)
+	Log          *slog.Logger
 }
 
 type server struct {
@@ -30,5 +36,5 @@ type server struct {
 // New returns oncepay's HTTP handler.
 func New(cfg Config) http.Handler {
 	s := &server{Config: cfg}
-	return s.routes()
+	return s.observe(s.routes())
 }

@@ -197,3 +197,11 @@ func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, erro
 	})
 	return int(n), err
 }
+
+// InProgress returns how many attempts are in progress and when the oldest
+// was created (zero if none).
+func (db *DB) InProgress(ctx context.Context) (n int, oldest time.Time, err error) {
+	var min sql.NullInt64
+	err = db.r.QueryRowContext(ctx, `SELECT count(*), min(created_at) FROM payment_attempts WHERE status = 'in_progress'`).Scan(&n, &min)
+	return n, fromMS(min), mapErr(err)
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/oncepay/oncepay/loadtest"
+)
+
+// runBench drives a running server with load and checks the ledger after;
+// with --compare it starts its own servers instead and prints the table of
+// BENCHMARKS.md. An invariant violation is an error, so the exit status
+// tells CI.
+func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var (
+		cfg      loadtest.Config
+		scenario string
+		compare  bool
+	)
+	fs := newFlagSet("bench", "bench [flags]", stderr)
+	fs.StringVar(&cfg.URL, "url", "http://127.0.0.1:8080", "base URL of the running oncepay to load")
+	fs.StringVar(&cfg.APIKey, "api-key", "", "merchant API key (serve); empty for demo")
+	fs.StringVar(&cfg.Scope, "scope", "demo", `the scope the payments land in, to find their charges in the ledger: the API key's id ("apikey list"), or "demo"`)
+	fs.StringVar(&scenario, "scenario", "new", "new, replay, storm or mixed (70% new, 25% replay, 5% same-key retry)")
+	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long the measured load lasts")
+	fs.IntVar(&cfg.Connections, "connections", 64, "keep-alive connections, one worker each")
+	fs.IntVar(&cfg.StormSize, "storm-size", 1000, "storm: requests sent at once on one key")
+	fs.IntVar(&cfg.ReplayKeys, "replay-keys", 1000, "replay: payments created first, then replayed")
+	fs.BoolVar(&compare, "compare", false, "start this binary as a demo server twice on temporary files (group commit, then --max-batch 1), run every scenario against each, measure the SQL ceiling, and print the ratios; --url is not used")
+	if _, err := parseFlags(fs, args, getenv); err != nil {
+		return err
+	}
+	cfg.Scenario = loadtest.Scenario(scenario)
+	if compare {
+		return benchCompare(ctx, cfg, stdout)
+	}
+	rep, err := loadtest.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := rep.Check(ctx); err != nil {
+		return err
+	}
+	rep.Write(stdout)
+	if n := rep.Violations(); n > 0 {
+		return fmt.Errorf("%d invariant violations", n)
+	}
+	return nil
+}
+
+// benchCompare runs loadtest.Compare with this very binary as the server,
+// on files in a temporary directory ($TMPDIR: put it on the disk to measure).
+func benchCompare(ctx context.Context, cfg loadtest.Config, stdout io.Writer) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "oncepay-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	c, err := loadtest.Compare(ctx, loadtest.CompareConfig{Exe: exe, Dir: dir, Schema: schema, Load: cfg, Progress: stdout})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	c.Write(stdout)
+	if n := c.Violations(); n > 0 {
+		return fmt.Errorf("%d invariant violations", n)
+	}
+	return nil
+}

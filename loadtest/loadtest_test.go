@@ -1,0 +1,151 @@
+package loadtest_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/loadtest"
+	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/provider/sim"
+	"github.com/oncepay/oncepay/server"
+	"github.com/oncepay/oncepay/sqlitestore"
+)
+
+// oncepay is a running server: real SQLite files, the simulated provider,
+// real HTTP over a loopback socket.
+type oncepay struct {
+	URL string
+	DB  *sqlitestore.DB
+}
+
+func startServer(t *testing.T, auth bool) oncepay {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := sqlitestore.Open(context.Background(), filepath.Join(dir, "oncepay.db"), readSchema(t), sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.Open(filepath.Join(dir, "sim.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	svc := &payment.Service{Store: db, Provider: s, Log: log, Now: time.Now, ProviderTimeout: 5 * time.Second, Lease: 30 * time.Second}
+	cfg := server.Config{Payments: svc, Sim: s.Handler(), Log: log}
+	if auth {
+		cfg.Keys = db
+	}
+	srv := httptest.NewServer(server.New(cfg))
+	t.Cleanup(func() {
+		srv.Close()
+		db.Close()
+		s.Close()
+	})
+	return oncepay{URL: srv.URL, DB: db}
+}
+
+func readSchema(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile("../schema.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// smoke is a load short enough for go test -race: the invariants are
+// asserted, never the speed.
+func smoke(url string, sc loadtest.Scenario) loadtest.Config {
+	return loadtest.Config{URL: url, Scenario: sc, Duration: 300 * time.Millisecond, Connections: 8, StormSize: 64, ReplayKeys: 40}
+}
+
+// Every scenario against a real server: no invariant violated, no 5xx, no
+// request without an answer, and every key it sent was charged.
+func TestScenariosSmoke(t *testing.T) {
+	srv := startServer(t, false)
+	for _, sc := range loadtest.Scenarios {
+		t.Run(string(sc), func(t *testing.T) {
+			rep, err := loadtest.Run(context.Background(), smoke(srv.URL, sc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rep.Check(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			rep.Write(&out)
+			t.Log("\n" + out.String())
+			if rep.Violations() != 0 || rep.ServerErrors() != 0 || rep.Errors != 0 {
+				t.Errorf("violations = %d, 5xx = %d, unanswered = %d, want 0, 0, 0", rep.Violations(), rep.ServerErrors(), rep.Errors)
+			}
+			if rep.Requests == 0 || rep.Charged != rep.Keys {
+				t.Errorf("requests = %d, charged = %d of %d keys, want some requests and every key charged", rep.Requests, rep.Charged, rep.Keys)
+			}
+			if sc == loadtest.Storm && (rep.Storm == nil || rep.Storm.Rounds == 0 || rep.Requests != rep.Storm.Rounds*rep.Storm.Size) {
+				t.Errorf("storm = %+v with %d requests, want full rounds", rep.Storm, rep.Requests)
+			}
+		})
+	}
+}
+
+// With an API key, payments land in the key's scope; checked under the wrong
+// scope, no 201 matches a ledger charge, which Check reports: the check is
+// not vacuous.
+func TestCheckFindsChargesByScope(t *testing.T) {
+	srv := startServer(t, true)
+	k, secret, err := srv.DB.CreateAPIKey(context.Background(), "bench", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := smoke(srv.URL, loadtest.Mixed)
+	cfg.APIKey, cfg.Scope = secret, k.ID
+	rep, err := loadtest.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Violations() != 0 || rep.Statuses[201] == 0 {
+		t.Fatalf("violations = %d (%v), 201s = %d, want none and some", rep.Violations(), rep.ViolationMessages(), rep.Statuses[201])
+	}
+
+	cfg.Scope = "demo"
+	wrong, err := loadtest.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wrong.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if wrong.Violations() == 0 || wrong.Charged != 0 {
+		t.Errorf("under the wrong scope: violations = %d, charged = %d, want some and 0", wrong.Violations(), wrong.Charged)
+	}
+}
+
+// The SQL ceiling claims and records through the store without error.
+func TestStoreCeiling(t *testing.T) {
+	db, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "c.db"), readSchema(t), sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	c, err := loadtest.StoreCeiling(context.Background(), db, 8, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts, err := db.Counts(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Payments == 0 || counts[payment.Succeeded] != c.Payments || c.Writes != 2*int64(c.Payments) {
+		t.Errorf("ceiling = %+v, succeeded rows = %d, want every payment claimed and recorded", c, counts[payment.Succeeded])
+	}
+}

@@ -1,0 +1,117 @@
+// Package metrics is oncepay's Prometheus instrumentation: what the payment
+// flow, the jobs and the HTTP layer did, and how many attempts are stuck.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// InProgressFunc reports the attempts in progress and the creation time of
+// the oldest (zero when there are none). It is called at each scrape.
+type InProgressFunc func(ctx context.Context) (n int, oldest time.Time, err error)
+
+// Metrics holds oncepay's collectors in a registry of its own.
+type Metrics struct {
+	registry  *prometheus.Registry
+	requests  *prometheus.CounterVec
+	provider  *prometheus.HistogramVec
+	reconcile *prometheus.CounterVec
+	purged    prometheus.Counter
+}
+
+// New registers oncepay's metrics and the Go runtime and process collectors.
+func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_payment_requests_total",
+			Help: "POST /v1/payments requests by outcome: created, replayed, declined, key_reused, in_progress, outcome_unknown, bad_request, unauthorized, unavailable, internal.",
+		}, []string{"outcome"}),
+		provider: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "oncepay_provider_call_duration_seconds",
+			Help:    "Provider calls by operation (charge, lookup) and result (succeeded, declined, unknown, found, not_found).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"op", "result"}),
+		reconcile: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_reconcile_attempts_total",
+			Help: "Stale attempts reconcile settled, by outcome: succeeded, failed (not completed), unknown (left for the next run).",
+		}, []string{"outcome"}),
+		purged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "oncepay_purge_deleted_total",
+			Help: "Final attempts deleted by purge after the retention.",
+		}),
+	}
+	for _, o := range []string{"succeeded", "failed", "unknown"} {
+		m.reconcile.WithLabelValues(o) // present at zero from the start
+	}
+	m.registry.MustRegister(m.requests, m.provider, m.reconcile, m.purged,
+		&inProgressCollector{fn: inProgress, now: now},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// Request counts one payment request by outcome.
+func (m *Metrics) Request(outcome string) { m.requests.WithLabelValues(outcome).Inc() }
+
+// ProviderCall observes one provider call.
+func (m *Metrics) ProviderCall(op, result string, d time.Duration) {
+	m.provider.WithLabelValues(op, result).Observe(d.Seconds())
+}
+
+// Reconciled counts what one reconcile run settled.
+func (m *Metrics) Reconciled(r payment.ReconcileResult) {
+	m.reconcile.WithLabelValues("succeeded").Add(float64(r.Succeeded))
+	m.reconcile.WithLabelValues("failed").Add(float64(r.Failed))
+	m.reconcile.WithLabelValues("unknown").Add(float64(r.Unknown))
+}
+
+// Purged counts what one purge run deleted.
+func (m *Metrics) Purged(r payment.PurgeResult) { m.purged.Add(float64(r.Deleted)) }
+
+// inProgressCollector asks the store at each scrape, so the gauges are
+// never stale and cost nothing between scrapes.
+type inProgressCollector struct {
+	fn  InProgressFunc
+	now func() time.Time
+}
+
+var (
+	inProgressDesc = prometheus.NewDesc("oncepay_attempts_in_progress",
+		"Attempts claimed whose outcome is not yet recorded.", nil, nil)
+	oldestDesc = prometheus.NewDesc("oncepay_attempt_in_progress_oldest_age_seconds",
+		"Age of the oldest attempt in progress; 0 when there is none. Alert when it passes stale-after plus the reconcile interval.", nil, nil)
+)
+
+func (c *inProgressCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- inProgressDesc
+	ch <- oldestDesc
+}
+
+func (c *inProgressCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, oldest, err := c.fn(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(inProgressDesc, err)
+		return
+	}
+	age := 0.0
+	if !oldest.IsZero() {
+		age = c.now().Sub(oldest).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(inProgressDesc, prometheus.GaugeValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age)
+}

@@ -1,0 +1,409 @@
+package server
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/web"
+)
+
+// Admin configures the admin surface: /admin and GET /v1/attempts.
+type Admin struct {
+	Store      payment.AdminStore
+	Reconciler *payment.Reconciler
+	// Token is the admin credential. Empty keeps the admin surface closed,
+	// unless Open.
+	Token string
+	// Open serves the admin surface to anyone, with a banner saying so:
+	// demo mode only.
+	Open bool
+}
+
+const adminPageSize = 50
+
+var adminTemplates = map[string]*template.Template{
+	"attempts": template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempts.html")),
+	"attempt":  template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempt.html")),
+}
+
+// adminAuth lets through only requests with the admin credential, as HTTP
+// Basic (any user name, the token as password: the browser asks for it) or
+// as a Bearer token for scripts. Merchant API keys never open it.
+func (s *server) adminAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.Admin.Open || s.adminCredential(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		detail := "Send the admin token (HTTP Basic password, or Authorization: Bearer)."
+		if s.Admin.Token == "" {
+			detail = "The admin page is closed: start oncepay serve with --admin-token (or ONCEPAY_ADMIN_TOKEN) to open it."
+		}
+		w.Header().Set("WWW-Authenticate", `Basic realm="oncepay admin", charset="UTF-8"`)
+		writeProblem(w, payment.Problem{Type: payment.ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: detail})
+	})
+}
+
+func (s *server) adminCredential(r *http.Request) bool {
+	if s.Admin.Token == "" {
+		return false
+	}
+	got, ok := bearer(r)
+	if !ok {
+		_, got, ok = r.BasicAuth()
+	}
+	// Comparing hashes keeps the comparison constant-time whatever the lengths.
+	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(s.Admin.Token))
+	return ok && subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// adminHeaders: nothing on these pages comes from elsewhere or may be framed,
+// and no script runs at all, so a stored payload that slipped past escaping
+// still could not execute.
+func adminHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// attemptRow is an attempt as the admin page shows it.
+type attemptRow struct {
+	payment.ListedAttempt
+	Stale       bool
+	Age         string
+	AmountText  string
+	StatusText  string
+	Fingerprint string
+}
+
+func (s *server) row(a payment.ListedAttempt, now time.Time) attemptRow {
+	stale := a.Status == payment.InProgress && !a.LeaseLive(now) && !a.CreatedAt.After(now.Add(-s.Admin.Reconciler.StaleAfter))
+	return attemptRow{
+		ListedAttempt: a,
+		Stale:         stale,
+		Age:           age(now.Sub(a.CreatedAt)),
+		AmountText:    formatAmount(a.Amount, a.Currency),
+		StatusText:    map[payment.Status]string{payment.InProgress: "in progress", payment.Succeeded: "succeeded", payment.Failed: "failed"}[a.Status],
+		Fingerprint:   hex.EncodeToString(a.RequestHash),
+	}
+}
+
+type pageBase struct {
+	Demo  bool
+	Now   time.Time
+	Flash string
+}
+
+type attemptsPage struct {
+	pageBase
+	Attempts           []attemptRow
+	Counts             map[string]int
+	Total, StaleCount  int
+	Status, Search     string
+	From, To           int
+	NewerURL, OlderURL string
+}
+
+// FilterURL is the list filtered by status, with the search kept.
+func (p attemptsPage) FilterURL(status string) string {
+	return listURL(status, p.Search, 0)
+}
+
+func listURL(status, search string, offset int) string {
+	q := url.Values{}
+	if status != "" {
+		q.Set("status", status)
+	}
+	if search != "" {
+		q.Set("q", search)
+	}
+	if offset > 0 {
+		q.Set("offset", strconv.Itoa(offset))
+	}
+	if len(q) == 0 {
+		return "/admin"
+	}
+	return "/admin?" + q.Encode()
+}
+
+// listParams reads the filter of the list, the page's and the JSON's.
+func listParams(r *http.Request, defaultLimit int) (payment.AttemptFilter, error) {
+	q := r.URL.Query()
+	f := payment.AttemptFilter{Status: payment.Status(q.Get("status")), Search: q.Get("q"), Limit: defaultLimit}
+	switch f.Status {
+	case "", payment.InProgress, payment.Succeeded, payment.Failed:
+	default:
+		return f, payment.Errorf(payment.EINVALID, "status must be in_progress, succeeded or failed.")
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 500 {
+			return f, payment.Errorf(payment.EINVALID, "limit must be an integer from 1 to 500.")
+		}
+		f.Limit = n
+	}
+	if v := q.Get("offset"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return f, payment.Errorf(payment.EINVALID, "offset must be a non-negative integer.")
+		}
+		f.Offset = n
+	}
+	return f, nil
+}
+
+func (s *server) handleAdminList(w http.ResponseWriter, r *http.Request) {
+	f, err := listParams(r, adminPageSize)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	now := s.now()
+	list, err := s.Admin.Store.ListAttempts(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	counts, err := s.Admin.Store.Counts(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	stale, err := s.Admin.Reconciler.Store.Stale(r.Context(), now.Add(-s.Admin.Reconciler.StaleAfter), now, s.Admin.Reconciler.Limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	p := attemptsPage{
+		pageBase: s.pageBase(now), Counts: map[string]int{}, StaleCount: len(stale),
+		Status: string(f.Status), Search: f.Search, From: f.Offset + 1, To: f.Offset + len(list),
+	}
+	for st, n := range counts {
+		p.Counts[string(st)] = n
+		p.Total += n
+	}
+	for _, a := range list {
+		p.Attempts = append(p.Attempts, s.row(a, now))
+	}
+	if f.Offset > 0 {
+		p.NewerURL = listURL(p.Status, p.Search, max(0, f.Offset-adminPageSize))
+	}
+	if len(list) == adminPageSize {
+		p.OlderURL = listURL(p.Status, p.Search, f.Offset+adminPageSize)
+	}
+	if q := r.URL.Query(); q.Has("reconciled") {
+		p.Flash = fmt.Sprintf("Reconciled %s stale: %s succeeded, %s failed (not completed), %s still unknown.",
+			num(q.Get("reconciled")), num(q.Get("succeeded")), num(q.Get("failed")), num(q.Get("unknown")))
+	}
+	s.render(w, r, "attempts", p)
+}
+
+type attemptPage struct {
+	pageBase
+	A                 attemptRow
+	Request, Response string
+	Lease             string
+	DownstreamKey     string
+}
+
+func (s *server) handleAdminAttempt(w http.ResponseWriter, r *http.Request) {
+	a, err := s.Admin.Store.AttemptByPaymentID(r.Context(), mux.Vars(r)["id"])
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	now := s.now()
+	p := attemptPage{
+		pageBase: s.pageBase(now), A: s.row(*a, now),
+		Request: indent(a.Request), Response: indent(a.ResponseBody),
+		Lease: leaseText(&a.Attempt, now), DownstreamKey: payment.DownstreamKey(a.Scope, a.Key),
+	}
+	switch r.URL.Query().Get("reconciled") {
+	case "1":
+		p.Flash = "Reconciled: the provider was asked, and the attempt is now " + p.A.StatusText + "."
+	case "0":
+		p.Flash = "Not reconciled: only an attempt in progress past stale-after, with no live lease, can be."
+	}
+	s.render(w, r, "attempt", p)
+}
+
+// handleAdminReconcileOne runs reconcile on one stale attempt, as cron would.
+func (s *server) handleAdminReconcileOne(w http.ResponseWriter, r *http.Request) {
+	id := mux.Vars(r)["id"]
+	a, err := s.Admin.Store.AttemptByPaymentID(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	done := "1"
+	if _, err := s.Admin.Reconciler.ReconcileOne(r.Context(), a.Scope, a.Key); payment.ErrorCode(err) == payment.EINVALID {
+		done = "0"
+	} else if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	http.Redirect(w, r, "/admin/attempts/"+url.PathEscape(id)+"?reconciled="+done, http.StatusSeeOther)
+}
+
+// handleAdminReconcileAll runs one reconcile pass now.
+func (s *server) handleAdminReconcileAll(w http.ResponseWriter, r *http.Request) {
+	res, err := s.Admin.Reconciler.RunOnce(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.Log.Info("admin: reconcile now", "result", res.String())
+	q := url.Values{}
+	q.Set("reconciled", strconv.Itoa(res.Checked))
+	q.Set("succeeded", strconv.Itoa(res.Succeeded))
+	q.Set("failed", strconv.Itoa(res.Failed))
+	q.Set("unknown", strconv.Itoa(res.Unknown))
+	http.Redirect(w, r, "/admin?"+q.Encode(), http.StatusSeeOther)
+}
+
+// attemptJSON is an attempt in GET /v1/attempts.
+type attemptJSON struct {
+	ID                 string         `json:"id"`
+	Scope              string         `json:"scope"`
+	Merchant           string         `json:"merchant"`
+	IdempotencyKey     string         `json:"idempotency_key"`
+	Status             payment.Status `json:"status"`
+	Stale              bool           `json:"stale"`
+	Amount             int64          `json:"amount"`
+	Currency           string         `json:"currency"`
+	ChargeID           string         `json:"charge_id,omitempty"`
+	FailureCode        string         `json:"failure_code,omitempty"`
+	ResponseStatus     int            `json:"response_status,omitempty"`
+	RequestFingerprint string         `json:"request_fingerprint"`
+	LeaseExpiresAt     *time.Time     `json:"lease_expires_at"`
+	CreatedAt          time.Time      `json:"created_at"`
+	UpdatedAt          time.Time      `json:"updated_at"`
+}
+
+// handleListAttempts is GET /v1/attempts: the admin list as JSON.
+func (s *server) handleListAttempts(w http.ResponseWriter, r *http.Request) {
+	f, err := listParams(r, adminPageSize)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	list, err := s.Admin.Store.ListAttempts(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	now := s.now()
+	out := struct {
+		Data []attemptJSON `json:"data"`
+	}{Data: []attemptJSON{}}
+	for _, a := range list {
+		row := s.row(a, now)
+		j := attemptJSON{ID: a.ID, Scope: a.Scope, Merchant: a.Merchant, IdempotencyKey: a.Key, Status: a.Status,
+			Stale: row.Stale, Amount: a.Amount, Currency: a.Currency, ChargeID: a.ChargeID, FailureCode: a.FailureCode,
+			ResponseStatus: a.ResponseStatus, RequestFingerprint: row.Fingerprint, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
+		if !a.LeaseExpiresAt.IsZero() {
+			j.LeaseExpiresAt = &a.LeaseExpiresAt
+		}
+		out.Data = append(out.Data, j)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) pageBase(now time.Time) pageBase { return pageBase{Demo: s.Admin.Open, Now: now} }
+
+func (s *server) now() time.Time { return s.Payments.Now().UTC() }
+
+// render executes a page into a buffer first, so a template error is a
+// clean 500 rather than half a page.
+func (s *server) render(w http.ResponseWriter, r *http.Request, page string, data any) {
+	var buf bytes.Buffer
+	if err := adminTemplates[page].ExecuteTemplate(&buf, "layout", data); err != nil {
+		s.writeError(w, r, fmt.Errorf("render %s: %w", page, err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write(buf.Bytes())
+}
+
+func leaseText(a *payment.Attempt, now time.Time) string {
+	switch {
+	case a.Status != payment.InProgress:
+		return "none (final)"
+	case a.LeaseExpiresAt.IsZero():
+		return "released: the next retry or reconcile takes it over"
+	case a.LeaseLive(now):
+		return "held by a live request until " + a.LeaseExpiresAt.Format("15:04:05.000") + " UTC (" + age(a.LeaseExpiresAt.Sub(now)) + " left)"
+	}
+	return "expired at " + a.LeaseExpiresAt.Format("15:04:05.000") + " UTC: the owner is gone"
+}
+
+// indent pretty-prints stored JSON for reading; anything else is shown as is.
+func indent(b []byte) string {
+	var buf bytes.Buffer
+	if json.Indent(&buf, b, "", "  ") != nil {
+		return string(b)
+	}
+	return buf.String()
+}
+
+func age(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return "<1s"
+	case d < time.Minute:
+		return d.Truncate(time.Second).String()
+	case d < 48*time.Hour:
+		return d.Truncate(time.Minute).String()
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// num shows a query parameter only if it is a number: no text from a link
+// reaches the page.
+func num(s string) string {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return "?"
+	}
+	return strconv.Itoa(n)
+}
+
+// minorDigits are ISO 4217's exponents other than 2.
+var minorDigits = map[string]int{
+	"BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0,
+	"RWF": 0, "UGX": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
+	"BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3, "OMR": 3, "TND": 3,
+}
+
+// formatAmount shows minor units in major units: 1999 EUR is "19.99 EUR".
+func formatAmount(amount int64, currency string) string {
+	digits, ok := minorDigits[currency]
+	if !ok {
+		digits = 2
+	}
+	if digits == 0 {
+		return strconv.FormatInt(amount, 10) + " " + currency
+	}
+	p := int64(1)
+	for range digits {
+		p *= 10
+	}
+	return fmt.Sprintf("%d.%0*d %s", amount/p, digits, amount%p, currency)
+}

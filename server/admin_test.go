@@ -1,0 +1,167 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+// In serve, the admin surface needs its own credential: without one
+// configured it stays closed; merchant API keys never open it.
+func TestAdminAccess(t *testing.T) {
+	closed := newEnv(t, envOptions{auth: true})
+	_, merchant := closed.apiKey("shop")
+	for _, path := range []string{"/admin", "/v1/attempts"} {
+		for name, h := range map[string][]string{
+			"none":            nil,
+			"merchant bearer": {"Authorization", "Bearer " + merchant},
+			"any basic":       {"Authorization", "Basic YWRtaW46"},
+		} {
+			if r := closed.do("GET", path, nil, h...); r.Status != 401 {
+				t.Errorf("closed %s with %s = %d, want 401", path, name, r.Status)
+			}
+		}
+	}
+
+	e := newEnv(t, envOptions{auth: true, adminToken: "s3cret-admin"})
+	_, merchant = e.apiKey("shop")
+	for name, tt := range map[string]struct {
+		headers []string
+		want    int
+	}{
+		"no credential":   {nil, 401},
+		"merchant key":    {[]string{"Authorization", "Bearer " + merchant}, 401},
+		"wrong token":     {[]string{"Authorization", "Bearer nope"}, 401},
+		"bearer token":    {[]string{"Authorization", "Bearer s3cret-admin"}, 200},
+		"basic password":  {[]string{"Authorization", basic("admin", "s3cret-admin")}, 200},
+		"basic wrong one": {[]string{"Authorization", basic("admin", "s3cret-admin!")}, 401},
+	} {
+		for _, path := range []string{"/admin", "/v1/attempts"} {
+			r := e.do("GET", path, nil, tt.headers...)
+			if r.Status != tt.want {
+				t.Errorf("%s %s = %d, want %d", name, path, r.Status, tt.want)
+			}
+			if r.Status == 401 && !strings.HasPrefix(r.Header.Get("WWW-Authenticate"), "Basic") {
+				t.Errorf("%s %s: WWW-Authenticate = %q, want Basic", name, path, r.Header.Get("WWW-Authenticate"))
+			}
+		}
+	}
+	page := e.do("GET", "/admin", nil, "Authorization", "Bearer s3cret-admin")
+	if csp := page.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || strings.Contains(csp, "unsafe") {
+		t.Errorf("Content-Security-Policy = %q, want strict", csp)
+	}
+	if got := page.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("X-Content-Type-Options = %q, want nosniff", got)
+	}
+	// A forged cross-site form carries the browser's Basic credentials; it is refused.
+	r := e.do("POST", "/admin/reconcile", nil, "Authorization", "Bearer s3cret-admin", "Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example")
+	if r.Status != 403 {
+		t.Errorf("cross-site POST = %d, want 403", r.Status)
+	}
+	r = e.do("POST", "/admin/reconcile", nil, "Authorization", "Bearer s3cret-admin", "Sec-Fetch-Site", "same-origin")
+	if r.Status != 200 { // the client follows the 303 to the list
+		t.Errorf("same-origin POST = %d, want 200 after the redirect", r.Status)
+	}
+}
+
+func basic(user, pass string) string {
+	req, _ := http.NewRequest("GET", "/", nil)
+	req.SetBasicAuth(user, pass)
+	return req.Header.Get("Authorization")
+}
+
+// Stored values are shown as text, never as markup.
+func TestAdminEscapesStoredValues(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	payload := `<script>alert(1)</script>`
+	r := e.pay("key-"+payload, `{"amount":1000,"currency":"EUR","source":"tok_visa","description":"<img src=x onerror=alert(2)>","metadata":{"<svg onload=alert(3)>":"</pre><b>x</b>"}}`)
+	if r.Status != 201 {
+		t.Fatalf("pay = %d %s", r.Status, r.Body)
+	}
+	list := e.do("GET", "/admin", nil)
+	detail := e.do("GET", "/admin/attempts/"+r.payment(t).ID, nil)
+	for name, page := range map[string]response{"list": list, "detail": detail} {
+		body := string(page.Body)
+		for _, raw := range []string{"<script>alert", "<img src=x", "<svg onload", "<b>x</b>"} {
+			if strings.Contains(body, raw) {
+				t.Errorf("%s page contains raw %q", name, raw)
+			}
+		}
+	}
+	if !strings.Contains(string(list.Body), "key-&lt;script&gt;alert(1)&lt;/script&gt;") {
+		t.Errorf("list page does not show the key as text")
+	}
+	if !strings.Contains(string(detail.Body), "Demo mode") {
+		t.Errorf("demo admin page has no banner")
+	}
+}
+
+// GET /v1/attempts filters by status and bounds its limit.
+func TestListAttemptsJSON(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.pay("ok-1", visa)
+	e.pay("ok-2", visa)
+	e.pay("declined", `{"amount":500,"currency":"EUR","source":"tok_chargeDeclined"}`)
+	for _, tt := range []struct {
+		query string
+		want  int
+	}{{"", 3}, {"?status=succeeded", 2}, {"?status=failed", 1}, {"?status=in_progress", 0}, {"?limit=1", 1}, {"?q=ok-", 2}} {
+		r := e.do("GET", "/v1/attempts"+tt.query, nil)
+		var out struct {
+			Data []struct {
+				IdempotencyKey string         `json:"idempotency_key"`
+				Status         payment.Status `json:"status"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(r.Body, &out); err != nil || r.Status != 200 {
+			t.Fatalf("GET /v1/attempts%s = %d %s", tt.query, r.Status, r.Body)
+		}
+		if len(out.Data) != tt.want {
+			t.Errorf("GET /v1/attempts%s: %d attempts, want %d", tt.query, len(out.Data), tt.want)
+		}
+	}
+	for _, bad := range []string{"?limit=0", "?limit=501", "?limit=x", "?status=done", "?offset=-1"} {
+		if r := e.do("GET", "/v1/attempts"+bad, nil); r.Status != 400 || r.problemType() != payment.ProblemInvalidRequest {
+			t.Errorf("GET /v1/attempts%s = %d %s, want 400 invalid-request", bad, r.Status, r.Body)
+		}
+	}
+}
+
+// "Reconcile now" on a stale attempt settles it as cron would.
+func TestAdminReconcileNow(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e := newEnv(t, envOptions{now: clock})
+	req, _ := payment.ParseRequest([]byte(visa))
+	a := &payment.Attempt{Scope: "demo", Key: "stuck", ID: payment.NewPaymentID(), Request: req.Canonical(),
+		RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR", Status: payment.InProgress, Fence: 1,
+		LeaseExpiresAt: now.Add(time.Second), CreatedAt: now, UpdatedAt: now}
+	if ok, err := e.DB.Claim(context.Background(), a); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	r := e.do("POST", "/admin/attempts/"+a.ID+"/reconcile", nil)
+	if !strings.Contains(string(r.Body), "Not reconciled") {
+		t.Errorf("reconcile of a fresh attempt: page lacks the refusal")
+	}
+	mu.Lock()
+	now = now.Add(10 * time.Minute)
+	mu.Unlock()
+	if list := e.do("GET", "/admin", nil); !strings.Contains(string(list.Body), "1 stale") {
+		t.Errorf("list does not flag the stale attempt")
+	}
+	r = e.do("POST", "/admin/attempts/"+a.ID+"/reconcile", nil)
+	if r.Status != 200 || !strings.Contains(string(r.Body), "now failed") {
+		t.Errorf("reconcile now = %d, page lacks the outcome: %s", r.Status, r.Body)
+	}
+	got, _ := e.DB.Attempt(context.Background(), "demo", "stuck")
+	if got.Status != payment.Failed {
+		t.Errorf("attempt = %s, want failed (the provider never charged it)", got.Status)
+	}
+}

@@ -1,0 +1,326 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/provider/sim"
+	"github.com/oncepay/oncepay/sqlitestore"
+	"github.com/oncepay/oncepay/web"
+)
+
+// spec is the OpenAPI document as the running server serves it.
+type spec struct {
+	t      *testing.T
+	doc    *openapi3.T
+	router routers.Router
+}
+
+// loadSpec fetches /openapi.yaml from e, checks it is the embedded document,
+// and validates it as OpenAPI 3.1.
+func loadSpec(t *testing.T, e *env) *spec {
+	t.Helper()
+	r := e.do("GET", "/openapi.yaml", nil)
+	if r.Status != 200 || r.Header.Get("Content-Type") != "application/yaml" || !bytes.Equal(r.Body, web.OpenAPI) {
+		t.Fatalf("GET /openapi.yaml = %d %q, want 200 application/yaml with the embedded document", r.Status, r.Header.Get("Content-Type"))
+	}
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(r.Body)
+	if err != nil {
+		t.Fatalf("load spec: %v", err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("spec is not valid OpenAPI: %v", err)
+	}
+	if !doc.IsOpenAPI31OrLater() {
+		t.Fatalf("spec is OpenAPI %s, want 3.1", doc.OpenAPI)
+	}
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatalf("route spec: %v", err)
+	}
+	return &spec{t: t, doc: doc, router: router}
+}
+
+// check validates one real response to method path against the operation
+// the spec gives for it; a status the operation does not list fails.
+func (s *spec) check(name, method, path string, r response) {
+	s.t.Helper()
+	req := httptest.NewRequest(method, path, nil)
+	route, params, err := s.router.FindRoute(req)
+	if err != nil {
+		s.t.Errorf("%s: %s %s is not in the spec: %v", name, method, path, err)
+		return
+	}
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+		Status:                 r.Status,
+		Header:                 r.Header,
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true},
+	}
+	in.SetBodyBytes(r.Body)
+	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+		s.t.Errorf("%s: %s %s answered %d %.300s, which the spec does not allow: %v", name, method, path, r.Status, bytes.TrimSpace(r.Body), err)
+	}
+}
+
+// checkComponent validates a response no operation owns (an unknown route, a
+// method a path lacks) against the spec's shared response called name.
+func (s *spec) checkComponent(name string, r response) {
+	s.t.Helper()
+	ref := s.doc.Components.Responses[name]
+	if ref == nil {
+		s.t.Errorf("spec has no components.responses.%s", name)
+		return
+	}
+	media := ref.Value.Content.Get(r.Header.Get("Content-Type"))
+	if media == nil {
+		s.t.Errorf("%s: Content-Type %q is not in the spec", name, r.Header.Get("Content-Type"))
+		return
+	}
+	var v any
+	if err := json.Unmarshal(r.Body, &v); err != nil {
+		s.t.Errorf("%s: body %q: %v", name, r.Body, err)
+		return
+	}
+	if err := media.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+		s.t.Errorf("%s: %d %s does not match the spec: %v", name, r.Status, r.Body, err)
+	}
+}
+
+// Every status and problem type the server answers is in the OpenAPI
+// document, and real responses of each kind validate against it.
+func TestResponsesMatchOpenAPI(t *testing.T) {
+	e := newEnv(t, envOptions{auth: true, adminToken: "spec-admin", storeOp: sqlitestore.Options{BusyTimeout: 100 * time.Millisecond}})
+	s := loadSpec(t, e)
+	scope, secret := e.apiKey("spec")
+	bearer := []string{"Authorization", "Bearer " + secret}
+	pay := func(key, body string) response { return e.pay(key, body, bearer...) }
+	get := func(path string) response { return e.do("GET", path, nil, bearer...) }
+	admin := func(path string) response { return e.do("GET", path, nil, "Authorization", "Bearer spec-admin") }
+	full := `{"amount":1999,"currency":"EUR","source":"tok_visa","description":"Order 42","metadata":{"order_id":"42"}}`
+	declined := `{"amount":500,"currency":"EUR","source":"tok_chargeDeclined"}`
+
+	created := pay("spec-ok", full)
+	var createdID string
+	if created.Status == 201 {
+		createdID = created.payment(t).ID
+	}
+	replayed := pay("spec-ok", full)
+	unknown := func() response {
+		e.Sim.SetFaults(sim.Faults{FailAfterCharge: 1})
+		defer e.Sim.SetFaults(sim.Faults{})
+		return pay("spec-unknown", visa)
+	}()
+	var unknownID string
+	if a, err := e.DB.Attempt(context.Background(), scope, "spec-unknown"); err == nil {
+		unknownID = a.ID
+	}
+
+	tests := []struct {
+		name         string
+		method, path string
+		r            response
+		status       int
+		problem      string // "" for a success
+	}{
+		{"created", "POST", "/v1/payments", created, 201, ""},
+		{"replayed", "POST", "/v1/payments", replayed, 201, ""},
+		{"invalid request", "POST", "/v1/payments", pay("spec-bad", `{"amount":"1"}`), 400, payment.ProblemInvalidRequest},
+		{"invalid key", "POST", "/v1/payments", e.do("POST", "/v1/payments", []byte(visa), bearer[0], bearer[1], "Content-Type", "application/json"), 400, payment.ProblemInvalidKey},
+		{"unauthorized", "POST", "/v1/payments", e.pay("spec-noauth", visa), 401, payment.ProblemUnauthorized},
+		{"declined", "POST", "/v1/payments", pay("spec-declined", declined), 402, payment.ProblemDeclined},
+		{"declined replayed", "POST", "/v1/payments", pay("spec-declined", declined), 402, payment.ProblemDeclined},
+		{"not completed", "POST", "/v1/payments", notCompleted(t, e, scope, "spec-abandoned", bearer), 402, payment.ProblemNotCompleted},
+		{"key reused", "POST", "/v1/payments", pay("spec-ok", visa), 409, payment.ProblemKeyReused},
+		{"in progress", "POST", "/v1/payments", inProgress(t, e, scope, "spec-slow", bearer), 409, payment.ProblemInProgress},
+		{"too large", "POST", "/v1/payments", pay("spec-big", `{"description":"`+strings.Repeat("x", 70_000)+`"}`), 413, payment.ProblemTooLarge},
+		{"unsupported media type", "POST", "/v1/payments", e.do("POST", "/v1/payments", []byte(visa), bearer[0], bearer[1], "Idempotency-Key", "spec-text", "Content-Type", "text/plain"), 415, payment.ProblemUnsupportedMedia},
+		{"outcome unknown", "POST", "/v1/payments", unknown, 503, payment.ProblemOutcomeUnknown},
+		{"database busy", "POST", "/v1/payments", whileLocked(t, e, func() response { return pay("spec-locked", visa) }), 503, payment.ProblemUnavailable},
+		{"get succeeded", "GET", "/v1/payments/" + createdID, get("/v1/payments/" + createdID), 200, ""},
+		{"get in progress", "GET", "/v1/payments/" + unknownID, get("/v1/payments/" + unknownID), 200, ""},
+		{"get unknown id", "GET", "/v1/payments/pay_NOPE", get("/v1/payments/pay_NOPE"), 404, payment.ProblemNotFound},
+		{"get unauthorized", "GET", "/v1/payments/" + createdID, e.do("GET", "/v1/payments/"+createdID, nil), 401, payment.ProblemUnauthorized},
+		{"attempts", "GET", "/v1/attempts", admin("/v1/attempts?status=in_progress&limit=10"), 200, ""},
+		{"attempts bad filter", "GET", "/v1/attempts", admin("/v1/attempts?limit=0"), 400, payment.ProblemInvalidRequest},
+		{"attempts with a merchant key", "GET", "/v1/attempts", get("/v1/attempts"), 401, payment.ProblemUnauthorized},
+		{"admin page", "GET", "/admin", admin("/admin"), 200, ""},
+		{"admin attempt", "GET", "/admin/attempts/" + createdID, admin("/admin/attempts/" + createdID), 200, ""},
+		{"admin unknown attempt", "GET", "/admin/attempts/pay_NOPE", admin("/admin/attempts/pay_NOPE"), 404, payment.ProblemNotFound},
+		{"health", "GET", "/healthz", e.do("GET", "/healthz", nil), 200, ""},
+		{"health head", "HEAD", "/healthz", e.do("HEAD", "/healthz", nil), 200, ""},
+		{"openapi", "GET", "/openapi.yaml", e.do("GET", "/openapi.yaml", nil), 200, ""},
+		{"sim ledger", "GET", "/sim/charges", e.do("GET", "/sim/charges", nil), 200, ""},
+		{"sim faults", "GET", "/sim/faults", e.do("GET", "/sim/faults", nil), 200, ""},
+		{"sim set faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0}`)), 200, ""},
+		{"sim bad faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":2,"fail_after_charge":0,"fail_lookup":0}`)), 400, payment.ProblemInvalidRequest},
+	}
+	seen := map[string]bool{}
+	for _, tt := range tests {
+		if tt.r.Status != tt.status || tt.r.problemType() != tt.problem {
+			t.Errorf("%s: %d %q (%s), want %d %q", tt.name, tt.r.Status, tt.r.problemType(), tt.r.Body, tt.status, tt.problem)
+			continue
+		}
+		s.check(tt.name, tt.method, tt.path, tt.r)
+		seen[tt.problem] = true
+	}
+	if got := created.Header.Get("Idempotent-Replayed"); got != "" {
+		t.Errorf("first 201 has Idempotent-Replayed: %q", got)
+	}
+	if got := replayed.Header.Get("Idempotent-Replayed"); got != "true" {
+		t.Errorf("replayed 201 has Idempotent-Replayed: %q, want true", got)
+	}
+
+	for _, tt := range []struct {
+		name, component string
+		r               response
+		status          int
+	}{
+		{"unknown route", "NotFound", e.do("GET", "/v2/payments", nil), 404},
+		{"method not allowed", "MethodNotAllowed", e.do("POST", "/healthz", nil), 405},
+	} {
+		if tt.r.Status != tt.status {
+			t.Errorf("%s: %d %s, want %d", tt.name, tt.r.Status, tt.r.Body, tt.status)
+			continue
+		}
+		s.checkComponent(tt.component, tt.r)
+		seen[tt.r.problemType()] = true
+	}
+
+	// The spec's problem types are exactly the code's, and every one the
+	// server can answer without a bug was answered above.
+	codeTypes := []string{
+		payment.ProblemInvalidRequest, payment.ProblemInvalidKey, payment.ProblemUnauthorized,
+		payment.ProblemNotFound, payment.ProblemMethodNotAllowed, payment.ProblemKeyReused,
+		payment.ProblemInProgress, payment.ProblemDeclined, payment.ProblemNotCompleted,
+		payment.ProblemOutcomeUnknown, payment.ProblemUnavailable, payment.ProblemTooLarge,
+		payment.ProblemUnsupportedMedia, payment.ProblemInternal,
+	}
+	var specTypes []string
+	for _, v := range s.doc.Components.Schemas["ProblemType"].Value.Enum {
+		specTypes = append(specTypes, v.(string))
+	}
+	for _, p := range codeTypes {
+		if !slices.Contains(specTypes, p) {
+			t.Errorf("problem type %s is not in the spec's ProblemType", p)
+		}
+		if !seen[p] && p != payment.ProblemInternal { // a 500 is a bug: nothing scripted can cause one
+			t.Errorf("problem type %s was not exercised", p)
+		}
+	}
+	for _, p := range specTypes {
+		if !slices.Contains(codeTypes, p) {
+			t.Errorf("the spec's ProblemType has %s, which the code does not define", p)
+		}
+	}
+}
+
+// inProgress answers a retry of key while its first request is still at the
+// (slowed) provider.
+func inProgress(t *testing.T, e *env, scope, key string, headers []string) response {
+	t.Helper()
+	e.Sim.SetFaults(sim.Faults{Latency: 300 * time.Millisecond})
+	defer e.Sim.SetFaults(sim.Faults{})
+	done := make(chan response)
+	go func() { done <- e.pay(key, visa, headers...) }()
+	for { // wait for the first request's claim
+		if _, err := e.DB.Attempt(context.Background(), scope, key); err == nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r := e.pay(key, visa, headers...)
+	if first := <-done; first.Status != 201 {
+		t.Errorf("first request of %s = %d %s, want 201", key, first.Status, first.Body)
+	}
+	return r
+}
+
+// notCompleted answers a retry of key after reconcile settled its abandoned
+// attempt as never charged; the settlement is recorded straight in the store.
+func notCompleted(t *testing.T, e *env, scope, key string, headers []string) response {
+	t.Helper()
+	ctx := context.Background()
+	req, err := payment.ParseRequest([]byte(visa))
+	if err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-time.Hour)
+	a := payment.Attempt{Scope: scope, Key: key, ID: payment.NewPaymentID(),
+		Request: req.Canonical(), RequestHash: req.Fingerprint(), Amount: req.Amount, Currency: req.Currency,
+		Status: payment.InProgress, Fence: 1, CreatedAt: past, UpdatedAt: past}
+	if ok, err := e.DB.Claim(ctx, &a); !ok || err != nil {
+		t.Fatalf("Claim = %v, %v", ok, err)
+	}
+	if ok, err := e.DB.Record(ctx, scope, key, a.Fence, payment.NotCompletedOutcome(a), time.Now()); !ok || err != nil {
+		t.Fatalf("Record = %v, %v", ok, err)
+	}
+	return e.pay(key, visa, headers...)
+}
+
+// whileLocked runs f while another connection holds the database's write
+// lock, as another process would.
+func whileLocked(t *testing.T, e *env, f func() response) response {
+	t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(e.dir, "oncepay.db")+"?_pragma=busy_timeout(100)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(context.Background(), `ROLLBACK`)
+	return f()
+}
+
+// Requests the spec itself says are wrong are answered as the spec says, so
+// the limits written in it are the server's.
+func TestOpenAPIRequestLimits(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	s := loadSpec(t, e)
+	schema := s.doc.Components.Schemas["PaymentRequest"].Value
+	for i, body := range []string{
+		visa,
+		`{"amount":99999999,"currency":"JPY","source":"tok_visa","metadata":{"a":"b"}}`,
+		`{"amount":100000000,"currency":"EUR","source":"tok_visa"}`,
+		`{"amount":0,"currency":"EUR","source":"tok_visa"}`,
+		`{"amount":1,"currency":"eur","source":"tok_visa"}`,
+		`{"amount":1,"currency":"EUR","source":"tok visa"}`,
+		`{"amount":1,"currency":"EUR"}`,
+		`{"amount":1,"currency":"EUR","source":"tok_visa","customer":"c_1"}`,
+		`{"amount":1,"currency":"EUR","source":"tok_visa","description":"` + strings.Repeat("x", 1001) + `"}`,
+		`{"amount":1,"currency":"EUR","source":"tok_visa","metadata":{"` + strings.Repeat("k", 41) + `":"v"}}`,
+		`{"amount":1,"currency":"EUR","source":"tok_visa","metadata":{"k":"` + strings.Repeat("v", 501) + `"}}`,
+	} {
+		var v any
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			t.Fatal(err)
+		}
+		specOK := schema.VisitJSON(v, openapi3.EnableJSONSchema2020()) == nil
+		r := e.pay(fmt.Sprintf("limits-%d", i), body)
+		if serverOK := r.Status != 400; serverOK != specOK {
+			t.Errorf("%.80s: spec accepts %v, server answers %d %s", body, specOK, r.Status, r.Body)
+		}
+	}
+}

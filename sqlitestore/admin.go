@@ -1,0 +1,79 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+var _ payment.AdminStore = (*DB)(nil)
+
+// listedColumns are attemptColumns of a joined with its merchant's name.
+const listedColumns = `a.scope, a.idempotency_key, a.id, a.request_hash, a.request, a.amount, a.currency,
+	a.status, a.fence, a.lease_expires_at, a.response_status, a.response_body, a.charge_id,
+	a.failure_code, a.created_at, a.updated_at, coalesce(k.name, a.scope)`
+
+// ListAttempts returns attempts of every merchant, newest first.
+func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]payment.ListedAttempt, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.Status != "" {
+		where = append(where, `a.status = ?`)
+		args = append(args, f.Status)
+	}
+	if f.Search != "" {
+		where = append(where, `(a.idempotency_key >= ? AND a.idempotency_key < ? OR a.id = ? OR a.charge_id = ?)`)
+		args = append(args, f.Search, f.Search+"\U0010FFFF", f.Search, f.Search)
+	}
+	query := `SELECT ` + listedColumns + ` FROM payment_attempts a LEFT JOIN api_keys k ON k.id = a.scope`
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	query += ` ORDER BY a.created_at DESC, a.id LIMIT ? OFFSET ?`
+	rows, err := db.r.QueryContext(ctx, query, append(args, f.Limit, f.Offset)...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	var list []payment.ListedAttempt
+	for rows.Next() {
+		l, err := scanListed(rows)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, *l)
+	}
+	return list, mapErr(rows.Err())
+}
+
+// AttemptByPaymentID returns the attempt with payment id id, in any scope.
+func (db *DB) AttemptByPaymentID(ctx context.Context, id string) (*payment.ListedAttempt, error) {
+	l, err := scanListed(db.r.QueryRowContext(ctx, `SELECT `+listedColumns+`
+		FROM payment_attempts a LEFT JOIN api_keys k ON k.id = a.scope WHERE a.id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, payment.Errorf(payment.ENOTFOUND, "No such attempt.")
+	}
+	return l, mapErr(err)
+}
+
+func scanListed(row scanner) (*payment.ListedAttempt, error) {
+	var merchant string
+	a, err := scanAttempt(extraScanner{row, &merchant})
+	if err != nil {
+		return nil, err
+	}
+	return &payment.ListedAttempt{Attempt: *a, Merchant: merchant}, nil
+}
+
+// extraScanner scans one more column after those scanAttempt asks for.
+type extraScanner struct {
+	row   scanner
+	extra any
+}
+
+func (s extraScanner) Scan(dest ...any) error { return s.row.Scan(append(dest, s.extra)...) }

@@ -1,0 +1,208 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+// The benchmarks run on a file in b.TempDir(), so TMPDIR decides the disk
+// measured. They run 64 goroutines on two cores (SetParallelism), the
+// load of oncepay bench: concurrency is what group commit batches.
+const benchParallelism = 32
+
+// writePaths are the two ways of committing the benchmarks compare.
+var writePaths = []struct {
+	name string
+	opts Options
+}{
+	{"group", Options{}},
+	{"per-request", Options{MaxBatch: 1}},
+}
+
+// reportBatch reports the mean number of writes per commit since the
+// benchmark's start.
+func reportBatch(b *testing.B, db *DB, commits0, writes0 int64) {
+	commits, writes := db.WriteStats()
+	if commits > commits0 {
+		b.ReportMetric(float64(writes-writes0)/float64(commits-commits0), "writes/commit")
+	}
+}
+
+// benchKeys hands out keys never used before in this process.
+var benchKeys atomic.Int64
+
+func nextKey() string { return "bench-" + strconv.FormatInt(benchKeys.Add(1), 10) }
+
+// BenchmarkClaim is the claim of a new payment: one INSERT OR IGNORE through
+// the writer, durable before it returns.
+func BenchmarkClaim(b *testing.B) {
+	for _, wp := range writePaths {
+		b.Run(wp.name, func(b *testing.B) {
+			db := MustOpen(b, wp.opts)
+			commits0, writes0 := db.WriteStats()
+			b.SetParallelism(benchParallelism)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if ok, err := db.Claim(context.Background(), newAttempt(nextKey(), time.Now(), time.Minute)); !ok || err != nil {
+						b.Errorf("Claim = %v, %v", ok, err)
+						return
+					}
+				}
+			})
+			reportBatch(b, db, commits0, writes0)
+			reportRate(b, "claims/s")
+		})
+	}
+}
+
+// BenchmarkClaimRecord is a new payment's writes through the store: the claim
+// and the record of its 201, the SQL ceiling of the HTTP path.
+func BenchmarkClaimRecord(b *testing.B) {
+	for _, wp := range writePaths {
+		b.Run(wp.name, func(b *testing.B) {
+			db := MustOpen(b, wp.opts)
+			commits0, writes0 := db.WriteStats()
+			b.SetParallelism(benchParallelism)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := claimRecord(db, newAttempt(nextKey(), time.Now(), time.Minute)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			reportBatch(b, db, commits0, writes0)
+			reportRate(b, "payments/s")
+		})
+	}
+}
+
+func claimRecord(db *DB, a *payment.Attempt) error {
+	ctx := context.Background()
+	if ok, err := db.Claim(ctx, a); !ok || err != nil {
+		return fmt.Errorf("Claim = %v, %v", ok, err)
+	}
+	o := payment.SucceededOutcome(*a, payment.Charge{ID: "ch_" + a.Key})
+	if ok, err := db.Record(ctx, a.Scope, a.Key, a.Fence, o, time.Now()); !ok || err != nil {
+		return fmt.Errorf("Record = %v, %v", ok, err)
+	}
+	return nil
+}
+
+// BenchmarkAttempt is the replay lookup: reading a final attempt by its key
+// from the read pool, as every retry does.
+func BenchmarkAttempt(b *testing.B) {
+	const keys = 1000
+	db := MustOpen(b, Options{})
+	for i := range keys {
+		if err := claimRecord(db, newAttempt("replay-"+strconv.Itoa(i), time.Now(), time.Minute)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			a, err := db.Attempt(context.Background(), "s", "replay-"+strconv.Itoa(rand.IntN(keys)))
+			if err != nil || a.Status != payment.Succeeded {
+				b.Errorf("Attempt = %v, %v", a, err)
+				return
+			}
+		}
+	})
+	reportRate(b, "lookups/s")
+}
+
+// BenchmarkRawClaimRecord is the raw SQL ceiling: payments' claim and
+// record statements on the store's own writer connection (same file, same
+// pragmas), without the writer goroutine, its savepoints or any caller
+// waiting. A round commits batch claims, then their batch records, as group
+// commit does at best; batch=1 is two commits a payment, as per-request
+// commits do. "text" runs the SQL as the store does, parsed at every call;
+// "prepared" parses it once, which shows what parsing costs.
+func BenchmarkRawClaimRecord(b *testing.B) {
+	const (
+		claimSQL = `INSERT OR IGNORE INTO payment_attempts
+			(scope, idempotency_key, id, request_hash, request, amount, currency,
+			 status, fence, lease_expires_at, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		recordSQL = `UPDATE payment_attempts
+			SET status = ?, response_status = ?, response_body = ?, charge_id = ?,
+			    failure_code = ?, lease_expires_at = NULL, updated_at = ?
+			WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?`
+	)
+	for _, batch := range []int{1, 256} {
+		for _, prepared := range []bool{false, true} {
+			mode := map[bool]string{false: "text", true: "prepared"}[prepared]
+			b.Run(fmt.Sprintf("batch=%d/%s", batch, mode), func(b *testing.B) {
+				ctx := context.Background()
+				db := MustOpen(b, Options{})
+				stmt := func(query string) func(tx *sql.Tx, args ...any) {
+					var ps *sql.Stmt
+					if prepared {
+						var err error
+						if ps, err = db.w.PrepareContext(ctx, query); err != nil {
+							b.Fatal(err)
+						}
+						b.Cleanup(func() { ps.Close() })
+					}
+					return func(tx *sql.Tx, args ...any) {
+						var err error
+						if ps != nil {
+							_, err = tx.StmtContext(ctx, ps).ExecContext(ctx, args...)
+						} else {
+							_, err = tx.ExecContext(ctx, query, args...)
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				claim, record := stmt(claimSQL), stmt(recordSQL)
+				inTx := func(n int, fn func(tx *sql.Tx, i int)) {
+					tx, err := db.w.BeginTx(ctx, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for i := range n {
+						fn(tx, i)
+					}
+					if err := tx.Commit(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ResetTimer()
+				for done := 0; done < b.N; done += batch {
+					now := time.Now()
+					as := make([]*payment.Attempt, min(batch, b.N-done))
+					inTx(len(as), func(tx *sql.Tx, i int) {
+						a := newAttempt(nextKey(), now, time.Minute)
+						as[i] = a
+						claim(tx, a.Scope, a.Key, a.ID, a.RequestHash, a.Request, a.Amount, a.Currency,
+							a.Status, a.Fence, ms(a.LeaseExpiresAt), ms(a.CreatedAt), ms(a.UpdatedAt))
+					})
+					inTx(len(as), func(tx *sql.Tx, i int) {
+						a := as[i]
+						o := payment.SucceededOutcome(*a, payment.Charge{ID: "ch_" + a.Key})
+						record(tx, o.Status, o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID),
+							nullString(o.FailureCode), ms(now), a.Scope, a.Key, a.Fence)
+					})
+				}
+				reportRate(b, "payments/s")
+			})
+		}
+	}
+}
+
+// reportRate reports b.N per second of the benchmark's wall time.
+func reportRate(b *testing.B, unit string) {
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
+}
