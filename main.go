@@ -39,6 +39,7 @@ Usage:
   oncepay apikey create NAME    make a merchant API key (printed once)
   oncepay apikey list           list API keys
   oncepay apikey revoke ID      revoke an API key
+  oncepay version               print the version
   oncepay bench                 drive a running server with load, then check no payment was charged twice
 
 Every flag can also be set with an ONCEPAY_* environment variable;
@@ -67,6 +68,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runAPIKey(ctx, args, getenv, stdout, stderr)
 	case "bench":
 		return runBench(ctx, args, getenv, stdout, stderr)
+	case "version", "--version":
+		return runVersion(stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

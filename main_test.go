@@ -142,3 +142,13 @@ func readFile(path string) ([]byte, error) {
 	}
 	return all, nil
 }
+
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"version"}, env(nil), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "oncepay ") || !strings.Contains(out.String(), "go1.") {
+		t.Errorf("version = %q, want oncepay and the Go version", out.String())
+	}
+}
