@@ -18,6 +18,7 @@ import (
 	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/server"
 	"github.com/oncepay/oncepay/sqlitestore"
+	"github.com/oncepay/oncepay/workshop"
 )
 
 // config is what the commands are configured with; each command registers
@@ -178,7 +179,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			log.Warn("SIMULATED PROVIDER: no real money moves. Set --provider for a real one.", "ledger", cfg.simDB)
 		}
 	}
-	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: a.reconciler(&cfg), Token: cfg.adminToken, Open: demo}
+	rec := a.reconciler(&cfg)
+	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Token: cfg.adminToken, Open: demo}
+	if demo && a.sim != nil {
+		srvCfg.Workshop = workshop.New(a.service, rec, a.sim, server.DemoScope)
+	}
 	if !demo {
 		srvCfg.Keys = a.db
 		if cfg.adminToken == "" {
@@ -197,7 +202,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	url := "http://" + ln.Addr().String()
 	if demo {
-		fmt.Fprintf(stdout, "oncepay demo: %s (simulated provider, no API key needed)\nadmin page: %s/admin\n", url, url)
+		fmt.Fprintf(stdout, "oncepay demo: %s (simulated provider, no API key needed)\nworkshop page: %s/demo\nadmin page: %s/admin\n", url, url, url)
 	}
 	log.Info("listening", "url", url, "mode", name, "db", cfg.db)
 	err = serveHTTP(ctx, ln, server.New(srvCfg), cfg.providerTimeout, log)

@@ -34,6 +34,44 @@ type Problem struct {
 	DeclineCode string `json:"decline_code,omitempty"`
 }
 
+// RetryAfterSeconds is what a client waits before retrying a 409 in
+// progress or a 503: short, since the owner's call or the database usually
+// finishes well within it.
+const RetryAfterSeconds = 1
+
+// ProblemOf maps an error to the problem a client sees. Internal errors get
+// a bare 500 whose detail never carries their text.
+func ProblemOf(err error) Problem {
+	p := Problem{Detail: ErrorMessage(err)}
+	switch ErrorCode(err) {
+	case EINVALID:
+		p.Type, p.Title, p.Status = ProblemInvalidRequest, "Invalid request", 400
+	case EKEY:
+		p.Type, p.Title, p.Status = ProblemInvalidKey, "Invalid Idempotency-Key", 400
+	case EUNAUTHORIZED:
+		p.Type, p.Title, p.Status = ProblemUnauthorized, "Unauthorized", 401
+	case ENOTFOUND:
+		p.Type, p.Title, p.Status = ProblemNotFound, "Not found", 404
+	case EKEYREUSED:
+		p.Type, p.Title, p.Status = ProblemKeyReused, "Idempotency-Key reused", 409
+	case EINPROGRESS:
+		p.Type, p.Title, p.Status = ProblemInProgress, "Request in progress", 409
+	case EOUTCOMEUNKNOWN:
+		p.Type, p.Title, p.Status = ProblemOutcomeUnknown, "Payment outcome unknown", 503
+	case EUNAVAILABLE:
+		p.Type, p.Title, p.Status = ProblemUnavailable, "Service unavailable", 503
+	default:
+		p.Type, p.Title, p.Status = ProblemInternal, "Internal error", 500
+	}
+	return p
+}
+
+// Retryable reports whether the client should retry the same request after
+// Retry-After: the first request still runs, or the outcome is not known yet.
+func (p Problem) Retryable() bool {
+	return p.Type == ProblemInProgress || p.Type == ProblemOutcomeUnknown || p.Type == ProblemUnavailable
+}
+
 // Body is the problem's JSON, newline-terminated.
 func (p Problem) Body() []byte { return marshalLine(p) }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/server"
 	"github.com/oncepay/oncepay/sqlitestore"
+	"github.com/oncepay/oncepay/workshop"
 )
 
 // env is a running oncepay: real SQLite files, the simulated provider, and
@@ -44,6 +45,7 @@ type envOptions struct {
 	// leaves it open.
 	adminToken string
 	log        io.Writer // where the JSON logs go; discarded if nil
+	workshop   bool      // serve the demo mode's workshop page
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -85,6 +87,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 		Admin: server.Admin{Store: db, Reconciler: rec, Token: o.adminToken, Open: !o.auth}}
 	if o.auth {
 		cfg.Keys = db
+	}
+	if o.workshop {
+		cfg.Workshop = workshop.New(svc, rec, s, server.DemoScope)
 	}
 	srv := httptest.NewServer(server.New(cfg))
 	e := &env{t: t, dir: o.dir, DB: db, Sim: s, Metrics: m, Service: svc, Server: srv,

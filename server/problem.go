@@ -11,52 +11,27 @@ import (
 const (
 	contentTypeJSON    = "application/json"
 	contentTypeProblem = "application/problem+json"
-	// retryAfter is what a client waits before retrying a 409 in progress or
-	// a 503: short, since the owner's call or the database usually finishes
-	// well within it.
-	retryAfter = 1
 )
 
-// problemOf maps a domain error to what the client sees. Internal errors are
-// logged in full and shown as a bare 500: never their text.
-func (s *server) problemOf(r *http.Request, err error) (payment.Problem, bool) {
-	code := payment.ErrorCode(err)
-	p := payment.Problem{Detail: payment.ErrorMessage(err)}
-	retry := false
-	switch code {
-	case payment.EINVALID:
-		p.Type, p.Title, p.Status = payment.ProblemInvalidRequest, "Invalid request", http.StatusBadRequest
-	case payment.EKEY:
-		p.Type, p.Title, p.Status = payment.ProblemInvalidKey, "Invalid Idempotency-Key", http.StatusBadRequest
-	case payment.EUNAUTHORIZED:
-		p.Type, p.Title, p.Status = payment.ProblemUnauthorized, "Unauthorized", http.StatusUnauthorized
-	case payment.ENOTFOUND:
-		p.Type, p.Title, p.Status = payment.ProblemNotFound, "Not found", http.StatusNotFound
-	case payment.EKEYREUSED:
-		p.Type, p.Title, p.Status = payment.ProblemKeyReused, "Idempotency-Key reused", http.StatusConflict
-	case payment.EINPROGRESS:
-		p.Type, p.Title, p.Status = payment.ProblemInProgress, "Request in progress", http.StatusConflict
-		retry = true
-	case payment.EOUTCOMEUNKNOWN:
-		p.Type, p.Title, p.Status = payment.ProblemOutcomeUnknown, "Payment outcome unknown", http.StatusServiceUnavailable
-		retry = true
+// problemOf maps err to what the client sees, logging what the operator
+// must see: internal errors in full (the client gets a bare 500, never
+// their text) and an unavailable database.
+func (s *server) problemOf(r *http.Request, err error) payment.Problem {
+	switch payment.ErrorCode(err) {
 	case payment.EUNAVAILABLE:
 		s.Log.Warn("unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
-		p.Type, p.Title, p.Status = payment.ProblemUnavailable, "Service unavailable", http.StatusServiceUnavailable
-		retry = true
-	default:
+	case payment.EINTERNAL:
 		s.Log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
-		p.Type, p.Title, p.Status = payment.ProblemInternal, "Internal error", http.StatusInternalServerError
 	}
-	return p, retry
+	return payment.ProblemOf(err)
 }
 
 // writeError writes err as a problem.
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	infoOf(r).outcome = outcomeOfError(err)
-	p, retry := s.problemOf(r, err)
-	if retry {
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+	p := s.problemOf(r, err)
+	if p.Retryable() {
+		w.Header().Set("Retry-After", strconv.Itoa(payment.RetryAfterSeconds))
 	}
 	if p.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="oncepay"`)

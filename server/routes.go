@@ -31,6 +31,10 @@ func (s *server) routes() http.Handler {
 	if s.Sim != nil {
 		r.PathPrefix("/sim/").Handler(s.Sim)
 	}
+	if s.Workshop != nil {
+		r.PathPrefix("/demo").Handler(s.Workshop)
+		r.Handle("/", http.RedirectHandler("/demo", http.StatusFound)).Methods(http.MethodGet)
+	}
 	return r
 }
 

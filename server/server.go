@@ -24,6 +24,9 @@ type Config struct {
 	Admin Admin
 	// Metrics, if set, serves GET /metrics behind the admin credential.
 	Metrics http.Handler
+	// Workshop, demo mode only, serves /demo: the workshop page and its
+	// deliberately wrong path. Serve leaves it nil, so it has no route.
+	Workshop http.Handler
 	// CountRequest, if set, is told the outcome of every POST /v1/payments.
 	CountRequest func(outcome string)
 	Log          *slog.Logger

@@ -1,0 +1,240 @@
+// Package client is a Go client for oncepay's payment API that retries the
+// way the API needs: a payment intent carries one Idempotency-Key, made when
+// the intent is, and every attempt to pay it sends that same key.
+//
+// A lost answer is the case that matters. When a request times out or the
+// connection drops, the client cannot know whether the payment was charged.
+// Sending the request again with the same key is safe, because oncepay
+// charges at most once per key and answers the retry with the outcome of the
+// first. Sending it with a new key is a new payment: a double charge.
+// That is why the key lives on the Intent, not on a request or an attempt,
+// and why nothing here can change it.
+//
+//	c := &client.Client{BaseURL: "http://127.0.0.1:8080", APIKey: secret}
+//	intent := client.NewIntent(client.PaymentRequest{Amount: 1999, Currency: "EUR", Source: "tok_visa"})
+//	// Keep intent.Key() with the checkout, so a restarted process resumes it.
+//	p, err := c.Pay(ctx, intent)
+//	switch {
+//	case err == nil: // charged: p.ChargeID
+//	case client.IsDeclined(err): // final: ask for another card, then a new intent
+//	case client.IsRetryable(err): // outcome unknown: Pay the same intent again later
+//	default: // final: a bug in the request, or a key reused for another payment
+//	}
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client talks to one oncepay server. Its zero value, given a BaseURL, is
+// ready to use; it is safe for concurrent use.
+type Client struct {
+	// BaseURL is the server's root, such as "http://127.0.0.1:8080".
+	BaseURL string
+	// APIKey is the merchant's secret, sent as "Authorization: Bearer". Empty
+	// sends none, as demo mode needs.
+	APIKey string
+	// HTTPClient sends the requests; nil means one with a 30 s timeout per
+	// attempt. Give it a timeout: a hung attempt is retried only once it ends.
+	HTTPClient *http.Client
+	// Backoff spaces the attempts; zero fields take their defaults.
+	Backoff Backoff
+}
+
+// Backoff is exponential backoff with full jitter: before attempt n+1 the
+// client waits a random time in [0, min(Max, Base*2^n)), and at least what
+// the server asked for in Retry-After. The jitter spreads the retries of many
+// clients that failed together, so they do not return together.
+type Backoff struct {
+	Base     time.Duration // default 100 ms
+	Max      time.Duration // default 5 s
+	Attempts int           // requests in all, the first included; default 10
+}
+
+const (
+	defaultBase     = 100 * time.Millisecond
+	defaultMax      = 5 * time.Second
+	defaultAttempts = 10
+	defaultTimeout  = 30 * time.Second
+	// maxResponseBytes bounds what is read of a response: oncepay's are small,
+	// and something else answering on that address must not exhaust memory.
+	maxResponseBytes = 1 << 20
+)
+
+// defaultHTTPClient is shared, so clients without their own reuse connections.
+var defaultHTTPClient = &http.Client{Timeout: defaultTimeout}
+
+// Payment is a payment as oncepay reports it.
+type Payment struct {
+	ID             string            `json:"id"`
+	Status         string            `json:"status"` // "succeeded", "failed" or "in_progress"
+	Amount         int64             `json:"amount"`
+	Currency       string            `json:"currency"`
+	ChargeID       string            `json:"charge_id,omitempty"`
+	FailureCode    string            `json:"failure_code,omitempty"`
+	Description    string            `json:"description,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	CreatedAt      time.Time         `json:"created_at"`
+	// Replayed is true when this answer is the stored one of an earlier
+	// request with the same key (the server's Idempotent-Replayed header).
+	Replayed bool `json:"-"`
+}
+
+// Pay pays intent, retrying until it gets a final answer or runs out of
+// attempts. Every attempt sends the intent's key and body unchanged.
+//
+// Network errors, 409 request-in-progress and every 5xx (503
+// payment-outcome-unknown and service-unavailable among them) are retried:
+// each leaves the outcome unknown, and a retry with the same key learns it
+// without charging twice. Any other answer is final: 201 returns the
+// payment, the rest an *Error. When the attempts or ctx run out first, the
+// error satisfies IsRetryable: Pay the same intent again later.
+func (c *Client) Pay(ctx context.Context, intent *Intent) (*Payment, error) {
+	return c.do(ctx, http.MethodPost, "/v1/payments", intent)
+}
+
+// Get returns the payment with id, retried like Pay. A payment of another
+// merchant, or none, is an *Error with status 404.
+func (c *Client) Get(ctx context.Context, id string) (*Payment, error) {
+	return c.do(ctx, http.MethodGet, "/v1/payments/"+url.PathEscape(id), nil)
+}
+
+// do sends the request until a final answer; intent is nil for a GET.
+func (c *Client) do(ctx context.Context, method, path string, intent *Intent) (*Payment, error) {
+	var body io.Reader
+	if intent != nil {
+		body = bytes.NewReader(intent.body) // the same bytes on every attempt, through GetBody
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.BaseURL, "/")+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("oncepay: %w", err) // a bad BaseURL: final, as no attempt would do better
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	if intent != nil {
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", intent.key)
+	}
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
+	b := c.Backoff.withDefaults()
+	for attempt := 0; ; attempt++ {
+		p, retryAfter, err := c.attempt(req)
+		if err == nil || !IsRetryable(err) {
+			return p, err
+		}
+		if attempt+1 >= b.Attempts {
+			return nil, fmt.Errorf("%w (gave up after %d attempts)", err, b.Attempts)
+		}
+		if cerr := sleep(ctx, max(b.delay(attempt), retryAfter)); cerr != nil {
+			return nil, fmt.Errorf("%w (stopped waiting to retry: %w)", err, cerr)
+		}
+	}
+}
+
+// attempt sends one copy of req. retryAfter is the server's Retry-After, 0
+// if it sent none.
+func (c *Client) attempt(req *http.Request) (p *Payment, retryAfter time.Duration, err error) {
+	r := req.Clone(req.Context())
+	if req.GetBody != nil {
+		if r.Body, err = req.GetBody(); err != nil {
+			return nil, 0, err
+		}
+	}
+	hc := c.HTTPClient
+	if hc == nil {
+		hc = defaultHTTPClient
+	}
+	where := req.Method + " " + req.URL.Path
+	resp, err := hc.Do(r)
+	if err != nil {
+		return nil, 0, fmt.Errorf("oncepay: %s: %w: %w", where, errNoAnswer, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return nil, 0, fmt.Errorf("oncepay: %s: %w: read response: %w", where, errNoAnswer, err)
+	}
+	retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
+	if resp.StatusCode/100 != 2 {
+		return nil, retryAfter, problemOf(resp, data)
+	}
+	p = new(Payment)
+	if err := json.Unmarshal(data, p); err != nil {
+		// Not final: whatever answered was not oncepay speaking its API, and
+		// the payment may have been made; the retry's replay says.
+		return nil, retryAfter, fmt.Errorf("oncepay: %s: %w: %d with an unreadable body: %w", where, errNoAnswer, resp.StatusCode, err)
+	}
+	p.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
+	return p, 0, nil
+}
+
+// problemOf builds the *Error of a non-2xx answer. A body that is not a
+// problem (a proxy's error page, say) still gives the status.
+func problemOf(resp *http.Response, data []byte) *Error {
+	e := &Error{}
+	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/problem+json") || strings.HasPrefix(ct, "application/json") {
+		json.Unmarshal(data, e) // best effort: the status below is what counts
+	}
+	e.Status = resp.StatusCode
+	if e.Title == "" {
+		e.Title = http.StatusText(resp.StatusCode)
+	}
+	return e
+}
+
+// parseRetryAfter reads a Retry-After of delay-seconds, the form oncepay
+// sends; anything else counts as absent.
+func parseRetryAfter(v string) time.Duration {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}
+
+func (b Backoff) withDefaults() Backoff {
+	if b.Base <= 0 {
+		b.Base = defaultBase
+	}
+	if b.Max <= 0 {
+		b.Max = defaultMax
+	}
+	if b.Attempts <= 0 {
+		b.Attempts = defaultAttempts
+	}
+	return b
+}
+
+// delay is the full-jitter wait after the failed attempt number attempt
+// (0 for the first).
+func (b Backoff) delay(attempt int) time.Duration {
+	ceiling := b.Max
+	if attempt < 62 && b.Base < b.Max>>attempt { // Base*2^attempt < Max, without overflow
+		ceiling = b.Base << attempt
+	}
+	return rand.N(ceiling)
+}
+
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

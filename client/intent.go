@@ -1,0 +1,70 @@
+package client
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"maps"
+)
+
+// PaymentRequest is what a payment charges. The server's rules: amount in
+// minor units, 1 to 99,999,999; currency an ISO 4217 code in upper case;
+// source 1-255 visible ASCII characters; description at most 1,000
+// characters; metadata at most 50 keys.
+type PaymentRequest struct {
+	Amount      int64             `json:"amount"`
+	Currency    string            `json:"currency"`
+	Source      string            `json:"source"`
+	Description string            `json:"description,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+}
+
+// Intent is one payment a customer means to make once: this cart, this
+// amount. It holds the Idempotency-Key that names it, made when the intent
+// is, and the request body, both fixed for the intent's life. Every attempt
+// to pay it, by any number of Pay calls, sends the same key and the same
+// bytes, so the server can tell a retry from a new payment. A new payment,
+// even for the same amount, is a new Intent.
+type Intent struct {
+	key  string
+	req  PaymentRequest
+	body []byte
+}
+
+// NewIntent makes the intent to pay req, with a fresh random key. Call it
+// when the checkout opens, not when the customer taps "Pay" (a second tap is
+// the same intent), and keep Key with the checkout.
+func NewIntent(req PaymentRequest) *Intent {
+	return ResumeIntent(newKey(), req)
+}
+
+// ResumeIntent is the intent a key made earlier names, as a process that
+// restarted while a payment was in flight finds it in the checkout's record.
+// req must be the request first sent with key: another one is a different
+// payment, which the server refuses with 409 idempotency-key-reused.
+func ResumeIntent(key string, req PaymentRequest) *Intent {
+	req.Metadata = maps.Clone(req.Metadata) // the caller's map must not change the intent
+	body, _ := json.Marshal(req)            // cannot fail: strings, an integer and a string map
+	return &Intent{key: key, req: req, body: body}
+}
+
+// Key is the intent's Idempotency-Key.
+func (i *Intent) Key() string { return i.key }
+
+// Request is what the intent pays.
+func (i *Intent) Request() PaymentRequest {
+	r := i.req
+	r.Metadata = maps.Clone(r.Metadata)
+	return r
+}
+
+// newKey returns a random UUIDv4: 122 random bits, so two intents never
+// share a key by chance, in the form every log and database knows.
+func newKey() string {
+	var u [16]byte
+	rand.Read(u[:])         // never fails, by crypto/rand's contract
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
+	h := hex.EncodeToString(u[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}

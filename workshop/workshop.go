@@ -1,0 +1,242 @@
+// Package workshop is demo mode's teaching aid: the demo page, a
+// deliberately wrong payment path to compare oncepay with, and a simulated
+// crash. Only "oncepay demo" wires it; serve has no route to any of it.
+package workshop
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/web"
+)
+
+// Ledger is the simulated provider's record of what was charged.
+type Ledger interface {
+	Charges(ctx context.Context) ([]payment.Charge, error)
+}
+
+// Handler serves /demo and its API.
+type Handler struct {
+	Service    *payment.Service
+	Reconciler *payment.Reconciler
+	Ledger     Ledger
+	// Scope is where the real lane's payments live (demo mode's scope).
+	Scope string
+	mux   *http.ServeMux
+}
+
+// naiveScope keeps the naive lane's rows apart from the real ones.
+const naiveScope = "demo-naive"
+
+// New returns the workshop handler.
+func New(svc *payment.Service, rec *payment.Reconciler, ledger Ledger, scope string) *Handler {
+	h := &Handler{Service: svc, Reconciler: rec, Ledger: ledger, Scope: scope, mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /demo", h.handlePage)
+	h.mux.Handle("GET /demo/static/", http.StripPrefix("/demo", http.FileServerFS(web.Assets)))
+	h.mux.HandleFunc("POST /demo/naive/payments", h.handleNaivePay)
+	h.mux.HandleFunc("GET /demo/charges", h.handleCharges)
+	h.mux.HandleFunc("POST /demo/crash", h.handleCrash)
+	h.mux.HandleFunc("POST /demo/reconcile", h.handleReconcile)
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The page loads nothing from elsewhere and runs only its own script.
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	h.mux.ServeHTTP(w, r)
+}
+
+func (h *Handler) handlePage(w http.ResponseWriter, r *http.Request) {
+	page, err := web.Assets.ReadFile("static/demo.html")
+	if err != nil {
+		http.Error(w, "demo page missing from this build", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write(page)
+}
+
+// handleNaivePay is the naive lane. With ?mistake=newkey the server is
+// oncepay's own (in a scope of its own): the mistake is the client's, which
+// sends a new key with every retry. Otherwise it is the WRONG server, kept
+// to be compared with the right one: it checks whether the key was seen,
+// then charges, then writes the row.
+// Between the check and the write, every concurrent retry also sees
+// nothing and charges again (the race); and a lost provider answer leaves no
+// row, so the client's retry charges again (the lost response). It also
+// gives the provider a new idempotency key on every call, so the provider
+// cannot dedupe either.
+func (h *Handler) handleNaivePay(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	if !payment.ValidKey(key) {
+		writeProblem(w, payment.Problem{Type: payment.ProblemInvalidKey, Title: "Invalid Idempotency-Key", Status: 400})
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		writeProblem(w, payment.Problem{Type: payment.ProblemInvalidRequest, Title: "Invalid request", Status: 400, Detail: payment.ErrorMessage(err)})
+		return
+	}
+	req, err := payment.ParseRequest(body)
+	if err != nil {
+		writeProblem(w, payment.Problem{Type: payment.ProblemInvalidRequest, Title: "Invalid request", Status: 400, Detail: payment.ErrorMessage(err)})
+		return
+	}
+	ctx := r.Context()
+	if r.URL.Query().Get("mistake") == "newkey" {
+		h.pay(w, r, naiveScope, key, req)
+		return
+	}
+	// Mistake: a read decides. Nothing stops a second request from reading
+	// "not found" before the first writes.
+	if a, err := h.Service.Store.Attempt(ctx, naiveScope, key); err == nil && a.Status != payment.InProgress {
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeRaw(w, a.ResponseStatus, a.ResponseBody)
+		return
+	}
+	// Mistake: a fresh downstream key per call, so the provider charges each one.
+	c, err := h.Service.Provider.Charge(ctx, payment.ChargeRequest{
+		IdempotencyKey: NaiveKeyPrefix(key) + payment.NewPaymentID()[4:12],
+		Amount:         req.Amount, Currency: req.Currency, Source: req.Source, Description: req.Description,
+	})
+	if d, declined := payment.IsDecline(err); declined {
+		writeProblem(w, payment.Problem{Type: payment.ProblemDeclined, Title: "Payment declined", Status: 402, Detail: d.Message, DeclineCode: d.Code})
+		return
+	}
+	if err != nil {
+		writeProblem(w, payment.Problem{Type: "/problems/naive-provider-error", Title: "Provider error", Status: 502,
+			Detail: "The provider's answer was lost. The naive path stored nothing, so a retry will charge again."})
+		return
+	}
+	now := h.Service.Now()
+	a := payment.Attempt{Scope: naiveScope, Key: key, ID: payment.NewPaymentID(), Request: req.Canonical(),
+		RequestHash: req.Fingerprint(), Amount: req.Amount, Currency: req.Currency, Status: payment.InProgress,
+		Fence: 1, LeaseExpiresAt: now, CreatedAt: now, UpdatedAt: now}
+	o := payment.SucceededOutcome(a, c)
+	// Then the write, whose result is ignored: a racing request may have won.
+	if _, err := h.Service.Store.Claim(ctx, &a); err == nil {
+		h.Service.Store.Record(ctx, naiveScope, key, 1, o, now)
+	}
+	writeRaw(w, o.ResponseStatus, o.ResponseBody)
+}
+
+// pay answers as POST /v1/payments does.
+func (h *Handler) pay(w http.ResponseWriter, r *http.Request, scope, key string, req payment.Request) {
+	res, err := h.Service.Pay(r.Context(), scope, key, req)
+	if err != nil {
+		p := payment.ProblemOf(err)
+		if p.Retryable() {
+			w.Header().Set("Retry-After", strconv.Itoa(payment.RetryAfterSeconds))
+		}
+		writeProblem(w, p)
+		return
+	}
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeRaw(w, res.Status, res.Body)
+}
+
+// NaiveKeyPrefix starts every downstream key the naive path makes for key,
+// so the ledger's charges can be traced back to the checkout.
+func NaiveKeyPrefix(key string) string { return "naive_" + key + "_" }
+
+// handleCharges is GET /demo/charges?oncepay=K&naive=K...: the ledger's
+// charges for the real lane's keys and for the naive lane's keys.
+func (h *Handler) handleCharges(w http.ResponseWriter, r *http.Request) {
+	charges, err := h.Ledger.Charges(r.Context())
+	if err != nil {
+		writeProblem(w, payment.Problem{Type: payment.ProblemUnavailable, Title: "Ledger unavailable", Status: 503})
+		return
+	}
+	q := r.URL.Query()
+	out := map[string][]payment.Charge{"oncepay": {}, "naive": {}}
+	for _, c := range charges {
+		for _, k := range q["oncepay"] {
+			if c.IdempotencyKey == payment.DownstreamKey(h.Scope, k) {
+				out["oncepay"] = append(out["oncepay"], c)
+			}
+		}
+		for _, k := range q["naive"] {
+			if c.IdempotencyKey == payment.DownstreamKey(naiveScope, k) || strings.HasPrefix(c.IdempotencyKey, NaiveKeyPrefix(k)) {
+				out["naive"] = append(out["naive"], c)
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleCrash plays an owner that claimed key, got the provider to charge,
+// and died before recording: the row stays in progress with its lease run
+// out. The claim is dated past stale-after, standing in for the minutes a
+// real abandoned claim waits before reconcile looks at it.
+func (h *Handler) handleCrash(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Key string `json:"key"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&in); err != nil || !payment.ValidKey(in.Key) {
+		writeProblem(w, payment.Problem{Type: payment.ProblemInvalidRequest, Title: "Invalid request", Status: 400, Detail: `Send {"key": "<a new idempotency key>"}.`})
+		return
+	}
+	req := payment.Request{Amount: 1999, Currency: "EUR", Source: "tok_visa", Description: "Crashed checkout"}
+	then := h.Service.Now().Add(-h.Reconciler.StaleAfter - time.Minute)
+	a := payment.Attempt{Scope: h.Scope, Key: in.Key, ID: payment.NewPaymentID(), Request: req.Canonical(),
+		RequestHash: req.Fingerprint(), Amount: req.Amount, Currency: req.Currency, Status: payment.InProgress,
+		Fence: 1, LeaseExpiresAt: then.Add(h.Service.Lease), CreatedAt: then, UpdatedAt: then}
+	claimed, err := h.Service.Store.Claim(r.Context(), &a)
+	if err != nil || !claimed {
+		writeProblem(w, payment.Problem{Type: payment.ProblemKeyReused, Title: "Key already used", Status: 409, Detail: "Use a fresh key for the crash demo."})
+		return
+	}
+	c, err := h.Service.Provider.Charge(r.Context(), payment.ChargeRequest{IdempotencyKey: payment.DownstreamKey(h.Scope, in.Key),
+		Amount: req.Amount, Currency: req.Currency, Source: req.Source, Description: req.Description})
+	res := map[string]string{"payment_id": a.ID, "key": in.Key, "charge_id": c.ID}
+	if err != nil {
+		res["charge_error"] = "the provider failed too; reconcile will find no charge"
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// handleReconcile runs one reconcile pass now, as cron would.
+func (h *Handler) handleReconcile(w http.ResponseWriter, r *http.Request) {
+	res, err := h.Reconciler.RunOnce(r.Context())
+	if err != nil {
+		writeProblem(w, payment.Problem{Type: payment.ProblemUnavailable, Title: "Reconcile failed", Status: 503, Detail: payment.ErrorMessage(err)})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"checked": res.Checked, "succeeded": res.Succeeded,
+		"failed": res.Failed, "unknown": res.Unknown, "summary": res.String()})
+}
+
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, payment.MaxBodyBytes))
+	if err != nil {
+		return nil, payment.Errorf(payment.EINVALID, "The body could not be read, or is over 64 KiB.")
+	}
+	return b, nil
+}
+
+func writeProblem(w http.ResponseWriter, p payment.Problem) { writeRaw(w, p.Status, p.Body()) }
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	ct := "application/json"
+	if status >= 400 {
+		ct = "application/problem+json"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v) // maps of strings, numbers and charges always marshal
+	writeRaw(w, status, append(b, '\n'))
+}
