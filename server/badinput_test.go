@@ -179,3 +179,17 @@ func TestBusyDatabaseIs503(t *testing.T) {
 		t.Errorf("retry after the lock = %d %s, want 201", r.Status, r.Body)
 	}
 }
+
+// A known path with the wrong method is 405 with a problem, not 404.
+func TestMethodNotAllowed(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, c := range [][2]string{{"DELETE", "/v1/payments"}, {"GET", "/v1/payments"}, {"DELETE", "/v1/payments/x"},
+		{"POST", "/healthz"}, {"PUT", "/v1/attempts"}, {"GET", "/admin/reconcile"}} {
+		if r := e.do(c[0], c[1], nil); r.Status != 405 || r.problemType() != payment.ProblemMethodNotAllowed {
+			t.Errorf("%s %s = %d %s, want 405", c[0], c[1], r.Status, r.Body)
+		}
+	}
+	if r := e.do("GET", "/v2/nothing", nil); r.Status != 404 || r.problemType() != payment.ProblemNotFound {
+		t.Errorf("GET /v2/nothing = %d, want 404", r.Status)
+	}
+}

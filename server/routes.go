@@ -7,7 +7,9 @@ import (
 	"github.com/oncepay/oncepay/web"
 )
 
-// routes is every route oncepay serves, in one place.
+// routes is every route oncepay serves, in one place. The router is flat,
+// each route wrapped in its own middleware: gorilla/mux subrouters answer
+// 404 instead of 405 when only the method is wrong.
 func (s *server) routes() http.Handler {
 	r := mux.NewRouter()
 	r.NotFoundHandler = http.HandlerFunc(s.handleNotFound)
@@ -16,18 +18,15 @@ func (s *server) routes() http.Handler {
 	r.HandleFunc("/healthz", s.handleHealthz).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/openapi.yaml", s.handleOpenAPI).Methods(http.MethodGet)
 
+	r.Handle("/v1/payments", s.authenticate(http.HandlerFunc(s.handleCreatePayment))).Methods(http.MethodPost)
+	r.Handle("/v1/payments/{id}", s.authenticate(http.HandlerFunc(s.handleGetPayment))).Methods(http.MethodGet)
+
 	if s.Admin.Store != nil {
 		s.adminRoutes(r)
 	}
 	if s.Metrics != nil {
 		r.Handle("/metrics", s.adminAuth(s.Metrics)).Methods(http.MethodGet)
 	}
-
-	api := r.PathPrefix("/v1").Subrouter()
-	api.Use(s.authenticate)
-	api.HandleFunc("/payments", s.handleCreatePayment).Methods(http.MethodPost)
-	api.HandleFunc("/payments/{id}", s.handleGetPayment).Methods(http.MethodGet)
-
 	if s.Sim != nil {
 		r.PathPrefix("/sim/").Handler(s.Sim)
 	}
@@ -43,14 +42,14 @@ func (s *server) routes() http.Handler {
 // along with a forged cross-site form.
 func (s *server) adminRoutes(r *mux.Router) {
 	csrf := http.NewCrossOriginProtection()
-	r.Handle("/v1/attempts", s.adminAuth(http.HandlerFunc(s.handleListAttempts))).Methods(http.MethodGet)
+	page := func(h http.Handler) http.Handler { return adminHeaders(s.adminAuth(h)) }
+	form := func(h http.HandlerFunc) http.Handler { return page(csrf.Handler(h)) }
 
-	admin := r.PathPrefix("/admin").Subrouter()
-	admin.Use(adminHeaders, s.adminAuth)
-	admin.HandleFunc("", s.handleAdminList).Methods(http.MethodGet)
-	admin.HandleFunc("/", s.handleAdminList).Methods(http.MethodGet)
-	admin.HandleFunc("/attempts/{id}", s.handleAdminAttempt).Methods(http.MethodGet)
-	admin.Handle("/attempts/{id}/reconcile", csrf.Handler(http.HandlerFunc(s.handleAdminReconcileOne))).Methods(http.MethodPost)
-	admin.Handle("/reconcile", csrf.Handler(http.HandlerFunc(s.handleAdminReconcileAll))).Methods(http.MethodPost)
-	admin.PathPrefix("/static/").Handler(http.StripPrefix("/admin", http.FileServerFS(web.Assets)))
+	r.Handle("/v1/attempts", s.adminAuth(http.HandlerFunc(s.handleListAttempts))).Methods(http.MethodGet)
+	r.Handle("/admin", page(http.HandlerFunc(s.handleAdminList))).Methods(http.MethodGet)
+	r.Handle("/admin/", page(http.HandlerFunc(s.handleAdminList))).Methods(http.MethodGet)
+	r.Handle("/admin/attempts/{id}", page(http.HandlerFunc(s.handleAdminAttempt))).Methods(http.MethodGet)
+	r.Handle("/admin/attempts/{id}/reconcile", form(s.handleAdminReconcileOne)).Methods(http.MethodPost)
+	r.Handle("/admin/reconcile", form(s.handleAdminReconcileAll)).Methods(http.MethodPost)
+	r.PathPrefix("/admin/static/").Handler(page(http.StripPrefix("/admin", http.FileServerFS(web.Assets))))
 }
