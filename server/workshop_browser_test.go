@@ -36,6 +36,12 @@ func TestWorkshopInBrowser(t *testing.T) {
 	if !payment.ValidKey(key) {
 		t.Fatalf("checkout key = %q, want a valid key", key)
 	}
+	// The key belongs to the checkout, not to the page load: a reload keeps it.
+	run(t, ctx, chromedp.Reload())
+	waitFor(t, ctx, `document.body.dataset.ready === "true"`)
+	if again := eval[string](t, ctx, `document.querySelector("#checkout-key").textContent`); again != key {
+		t.Errorf("checkout key after reload = %q, want %q", again, key)
+	}
 
 	run(t, ctx, chromedp.Click(chromedp.ID("fault-lose")))
 	for e.Sim.Faults().FailAfterCharge != 1 { // the knob reaches the provider
@@ -83,6 +89,11 @@ func TestWorkshopInBrowser(t *testing.T) {
 		t.Errorf("crash story = %q, want stuck in progress, then reconciled, then the retry's 201", crash)
 	}
 	e.screenshot(t, ctx, "workshop-cases.png")
+
+	run(t, ctx, chromedp.Click(chromedp.ID("new-checkout")))
+	if next := eval[string](t, ctx, `document.querySelector("#checkout-key").textContent`); next == key || !payment.ValidKey(next) {
+		t.Errorf("key after New checkout = %q, want a new valid key (was %q)", next, key)
+	}
 }
 
 // Outside demo mode there is no route to the workshop or its naive path.

@@ -9,17 +9,18 @@ const LANES = ["naive", "oncepay"];
 const $ = (sel) => document.querySelector(sel);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-// newKey makes an idempotency key: once per intent, never per attempt.
+// newKey makes an idempotency key for the naive lane's mistake and the
+// forgotten cases; the checkout's own key comes from checkout.js.
 function newKey() {
-  if (crypto.randomUUID) return crypto.randomUUID();
-  const b = crypto.getRandomValues(new Uint8Array(16));
-  return [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+  return crypto.randomUUID();
 }
 
+const CART = "workshop";
 const state = { key: "", lanes: {} };
 
-function newCheckout() {
-  state.key = newKey();
+// openCheckout shows the current checkout: its key survives a reload.
+function openCheckout() {
+  state.key = checkoutKey(CART);
   for (const lane of LANES) state.lanes[lane] = { keys: [state.key], log: [] };
   $("#checkout-key").textContent = state.key;
   render();
@@ -251,6 +252,11 @@ async function attemptOf(key) {
   return list.data[0] || { status: "missing" };
 }
 
+function newCheckout() {
+  forgetCheckout(CART);
+  openCheckout();
+}
+
 async function reset() {
   $("#fault-lose").checked = $("#fault-slow").checked = $("#fault-before").checked = false;
   await putFaults(faultsFromKnobs());
@@ -280,6 +286,6 @@ document.addEventListener("DOMContentLoaded", async () => {
   $("#fault-lose").checked = f.fail_after_charge > 0;
   $("#fault-before").checked = f.fail_before_charge > 0;
   $("#fault-slow").checked = f.latency !== "0s";
-  newCheckout();
+  openCheckout();
   document.body.dataset.ready = "true";
 });
