@@ -39,6 +39,7 @@ Usage:
   oncepay apikey create NAME    make a merchant API key (printed once)
   oncepay apikey list           list API keys
   oncepay apikey revoke ID      revoke an API key
+  oncepay backup --to FILE      copy the live database consistently
   oncepay version               print the version
   oncepay bench                 drive a running server with load, then check no payment was charged twice
 
@@ -66,6 +67,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runSimProvider(ctx, args, getenv, stderr)
 	case "apikey":
 		return runAPIKey(ctx, args, getenv, stdout, stderr)
+	case "backup":
+		return runBackup(ctx, args, getenv, stdout, stderr)
 	case "bench":
 		return runBench(ctx, args, getenv, stdout, stderr)
 	case "version", "--version":

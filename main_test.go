@@ -152,3 +152,24 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version = %q, want oncepay and the Go version", out.String())
 	}
 }
+
+// backup copies a database the server has open into a single valid file.
+func TestBackupCommand(t *testing.T) {
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "live.db")
+	if err := run(context.Background(), []string{"apikey", "create", "shop", "--db", dbPath}, env(nil), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	to := filepath.Join(dir, "copy.db")
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"backup", "--db", dbPath, "--to", to}, env(nil), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"apikey", "list", "--db", to}, env(nil), &out, io.Discard); err != nil || !strings.Contains(out.String(), "shop") {
+		t.Errorf("the copy lists %q (%v), want the key", out.String(), err)
+	}
+	if err := run(context.Background(), []string{"backup", "--db", dbPath, "--to", to}, env(nil), io.Discard, io.Discard); err == nil {
+		t.Errorf("backup over an existing file succeeded")
+	}
+}

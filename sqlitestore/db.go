@@ -36,6 +36,7 @@ type Options struct {
 // commit loop, and a pool of read-only connections.
 type DB struct {
 	w, r *sql.DB
+	dsn  string // the writer's, for Backup
 	opts Options
 
 	ops     chan *writeOp
@@ -64,7 +65,8 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Set("_txlock", "immediate")
-	w, err := sql.Open("sqlite", path+"?"+q.Encode())
+	wq := q.Encode()
+	w, err := sql.Open("sqlite", path+"?"+wq)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +88,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	r.SetMaxOpenConns(n)
 	r.SetMaxIdleConns(n)
 
-	db := &DB{w: w, r: r, opts: opts, ops: make(chan *writeOp), quit: make(chan struct{}), stopped: make(chan struct{})}
+	db := &DB{w: w, r: r, dsn: path + "?" + wq, opts: opts, ops: make(chan *writeOp), quit: make(chan struct{}), stopped: make(chan struct{})}
 	go db.writer()
 	return db, nil
 }
@@ -264,4 +266,19 @@ func fromMS(v sql.NullInt64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(v.Int64).UTC()
+}
+
+// Backup writes a consistent, compacted copy of the live database to path
+// (VACUUM INTO), which must not exist. It reads one snapshot, so writers go
+// on meanwhile; the copy is a single file with no -wal beside it.
+func (db *DB) Backup(ctx context.Context, path string) error {
+	// Its own connection: the readers are query_only, which forbids
+	// VACUUM INTO, and the writer must not wait for a copy.
+	c, err := sql.Open("sqlite", db.dsn)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.ExecContext(ctx, `VACUUM INTO ?`, path)
+	return mapErr(err)
 }

@@ -60,3 +60,31 @@ func runAPIKey(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	return errors.New("usage: oncepay " + synopsis)
 }
+
+// runBackup is "oncepay backup --to FILE": a consistent copy of the live
+// database, taken while oncepay runs, with no sqlite3 tool needed.
+func runBackup(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var (
+		cfg config
+		to  string
+	)
+	fs := newFlagSet("backup", "backup --to FILE [--db FILE]", stderr)
+	cfg.registerStore(fs)
+	fs.StringVar(&to, "to", "", "the backup file to write; it must not exist")
+	if _, err := parseFlags(fs, args, getenv); err != nil {
+		return err
+	}
+	if to == "" {
+		return errors.New("backup: --to FILE is required")
+	}
+	db, err := cfg.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := db.Backup(ctx, to); err != nil {
+		return fmt.Errorf("backup to %s: %w", to, err)
+	}
+	fmt.Fprintf(stdout, "backed up %s to %s\n", cfg.db, to)
+	return nil
+}
