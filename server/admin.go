@@ -192,7 +192,8 @@ func (s *server) handleAdminList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := attemptsPage{
-		pageBase: s.pageBase(now), Counts: map[string]int{}, StaleCount: len(stale),
+		pageBase: s.pageBase(now), StaleCount: len(stale),
+		Counts: map[string]int{string(payment.InProgress): 0, string(payment.Succeeded): 0, string(payment.Failed): 0},
 		Status: string(f.Status), Search: f.Search, From: f.Offset + 1, To: f.Offset + len(list),
 	}
 	for st, n := range counts {

@@ -97,6 +97,9 @@ func TestAdminEscapesStoredValues(t *testing.T) {
 	if !strings.Contains(string(list.Body), "key-&lt;script&gt;alert(1)&lt;/script&gt;") {
 		t.Errorf("list page does not show the key as text")
 	}
+	if !strings.Contains(string(list.Body), `<span class="n">0</span><span class="label">in progress`) {
+		t.Errorf("list page does not show a zero count")
+	}
 	if !strings.Contains(string(detail.Body), "Demo mode") {
 		t.Errorf("demo admin page has no banner")
 	}
