@@ -179,7 +179,7 @@ func TestPayHonoursRetryAfter(t *testing.T) {
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, `{"type":%q,"title":"Payment outcome unknown","status":503}`, client.ProblemOutcomeUnknown)
+			fmt.Fprintf(w, `{"type":%q,"title":"Payment outcome unknown","status":503}`, payment.ProblemOutcomeUnknown)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -265,7 +265,7 @@ func TestResumeIntent(t *testing.T) {
 		t.Errorf("Get = %+v, %v; want %+v", got, err, paid)
 	}
 	_, err = c.Get(context.Background(), "pay_NOPE")
-	if e := (*client.Error)(nil); !errors.As(err, &e) || e.Status != 404 || e.Type != client.ProblemNotFound {
+	if e := (*client.Error)(nil); !errors.As(err, &e) || e.Status != 404 || e.Type != payment.ProblemNotFound {
 		t.Errorf("Get of an unknown id = %v, want 404 not found", err)
 	}
 }
@@ -318,13 +318,13 @@ func TestPayGivesUp(t *testing.T) {
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, `{"type":%q,"title":"Service unavailable","status":503}`, client.ProblemUnavailable)
+		fmt.Fprintf(w, `{"type":%q,"title":"Service unavailable","status":503}`, payment.ProblemUnavailable)
 	}))
 	defer srv.Close()
 	c := &client.Client{BaseURL: srv.URL, Backoff: client.Backoff{Base: time.Millisecond, Attempts: 3}}
 	_, err := c.Pay(context.Background(), client.NewIntent(request("down", "tok_visa")))
 	var e *client.Error
-	if !client.IsRetryable(err) || !errors.As(err, &e) || e.Type != client.ProblemUnavailable {
+	if !client.IsRetryable(err) || !errors.As(err, &e) || e.Type != payment.ProblemUnavailable {
 		t.Errorf("Pay = %v, want a retryable service-unavailable", err)
 	}
 	mu.Lock()

@@ -3,37 +3,16 @@ package client
 import (
 	"errors"
 	"fmt"
-)
 
-// Problem types oncepay answers with: a stable identifier per case, to
-// branch on instead of titles or details.
-const (
-	ProblemInvalidRequest   = "/problems/invalid-request"
-	ProblemInvalidKey       = "/problems/invalid-idempotency-key"
-	ProblemUnauthorized     = "/problems/unauthorized"
-	ProblemNotFound         = "/problems/not-found"
-	ProblemMethodNotAllowed = "/problems/method-not-allowed"
-	ProblemKeyReused        = "/problems/idempotency-key-reused"
-	ProblemInProgress       = "/problems/request-in-progress"
-	ProblemDeclined         = "/problems/payment-declined"
-	ProblemNotCompleted     = "/problems/payment-not-completed"
-	ProblemOutcomeUnknown   = "/problems/payment-outcome-unknown"
-	ProblemUnavailable      = "/problems/service-unavailable"
-	ProblemTooLarge         = "/problems/request-too-large"
-	ProblemUnsupportedMedia = "/problems/unsupported-media-type"
-	ProblemInternal         = "/problems/internal-error"
+	"github.com/oncepay/oncepay/payment"
 )
 
 // Error is an answer from the server other than success: its RFC 9457
-// problem. An answer that was not a problem document (from a proxy, say)
-// has only Status and Title.
+// problem, whose Type is one of the payment.Problem* constants. An answer
+// that was not a problem document (from a proxy, say) has only Status and
+// Title.
 type Error struct {
-	Type        string `json:"type"`
-	Title       string `json:"title"`
-	Status      int    `json:"status"`
-	Detail      string `json:"detail,omitempty"`
-	DeclineCode string `json:"decline_code,omitempty"` // with ProblemDeclined
-	PaymentID   string `json:"payment_id,omitempty"`   // with ProblemDeclined and ProblemNotCompleted
+	payment.Problem
 }
 
 func (e *Error) Error() string {
@@ -51,18 +30,18 @@ func (e *Error) Error() string {
 // final reports whether the answer settles the request: everything but a
 // request still in progress and a 5xx, which leave the outcome unknown.
 func (e *Error) final() bool {
-	return e.Status < 500 && !(e.Status == 409 && e.Type == ProblemInProgress)
+	return e.Status < 500 && !(e.Status == 409 && e.Type == payment.ProblemInProgress)
 }
 
 // IsDeclined reports whether err is the provider's decline of the payment:
 // final, nothing charged. Ask for another payment method and make a new
 // intent for it.
-func IsDeclined(err error) bool { return problemType(err) == ProblemDeclined }
+func IsDeclined(err error) bool { return problemType(err) == payment.ProblemDeclined }
 
 // IsKeyReused reports whether err says the intent's key already named a
 // different payment: final, and a bug in the caller, since an intent's
 // request never changes.
-func IsKeyReused(err error) bool { return problemType(err) == ProblemKeyReused }
+func IsKeyReused(err error) bool { return problemType(err) == payment.ProblemKeyReused }
 
 // errNoAnswer marks the errors after which the outcome is unknown because
 // no answer of oncepay's came back: the request may have been served.

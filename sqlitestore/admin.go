@@ -35,20 +35,7 @@ func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]paym
 		query += ` WHERE ` + strings.Join(where, ` AND `)
 	}
 	query += ` ORDER BY a.created_at DESC, a.id LIMIT ? OFFSET ?`
-	rows, err := db.r.QueryContext(ctx, query, append(args, f.Limit, f.Offset)...)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	defer rows.Close()
-	var list []payment.ListedAttempt
-	for rows.Next() {
-		l, err := scanListed(rows)
-		if err != nil {
-			return nil, err
-		}
-		list = append(list, *l)
-	}
-	return list, mapErr(rows.Err())
+	return queryAll(ctx, db.r, scanListed, query, append(args, f.Limit, f.Offset)...)
 }
 
 // AttemptByPaymentID returns the attempt with payment id id, in any scope.

@@ -116,6 +116,24 @@ func (db *DB) queryAttempt(ctx context.Context, query string, args ...any) (*pay
 
 type scanner interface{ Scan(dest ...any) error }
 
+// queryAll runs query on pool and scans every row with scan.
+func queryAll[T any](ctx context.Context, pool *sql.DB, scan func(scanner) (*T, error), query string, args ...any) ([]T, error) {
+	rows, err := pool.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	var all []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, *v)
+	}
+	return all, mapErr(rows.Err())
+}
+
 func scanAttempt(row scanner) (*payment.Attempt, error) {
 	var (
 		a                 payment.Attempt
@@ -162,23 +180,10 @@ func (db *DB) Counts(ctx context.Context) (map[payment.Status]int, error) {
 // Stale returns up to limit attempts still in progress that were created at
 // or before createdBefore and hold no live lease at now, oldest first.
 func (db *DB) Stale(ctx context.Context, createdBefore, now time.Time, limit int) ([]payment.Attempt, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT `+attemptColumns+` FROM payment_attempts
+	return queryAll(ctx, db.r, scanAttempt, `SELECT `+attemptColumns+` FROM payment_attempts
 		WHERE status = 'in_progress' AND created_at <= ?
 		  AND (lease_expires_at IS NULL OR lease_expires_at <= ?)
 		ORDER BY created_at LIMIT ?`, ms(createdBefore), ms(now), limit)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	defer rows.Close()
-	var stale []payment.Attempt
-	for rows.Next() {
-		a, err := scanAttempt(rows)
-		if err != nil {
-			return nil, err
-		}
-		stale = append(stale, *a)
-	}
-	return stale, mapErr(rows.Err())
 }
 
 // Purge deletes up to limit final attempts last updated before before and
