@@ -40,3 +40,10 @@ CREATE TABLE IF NOT EXISTS api_keys (
     created_at  INTEGER NOT NULL,
     revoked_at  INTEGER
 );
+
+-- Settings of this database. "provider" names the payment provider its
+-- payments went to: asking another one about them would guess.
+CREATE TABLE IF NOT EXISTS settings (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);

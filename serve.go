@@ -96,32 +96,44 @@ func (c *config) openStore(ctx context.Context) (*sqlitestore.DB, error) {
 	return sqlitestore.Open(ctx, c.db, schema, sqlitestore.Options{MaxBatch: c.maxBatch, MaxWait: c.batchWait})
 }
 
-// open opens the store and the provider configured by c.
+// open opens the store and the provider configured by c. The database is
+// bound to its provider first, so a wrong one is refused before anything
+// (an empty simulated ledger, say) is created.
 func (c *config) open(ctx context.Context, log *slog.Logger) (*app, error) {
+	sim := c.provider == "sim"
+	if !sim && !strings.HasPrefix(c.provider, "http://") && !strings.HasPrefix(c.provider, "https://") {
+		return nil, fmt.Errorf(`--provider %q: want "sim" or the http(s) URL of a running sim-provider`, c.provider)
+	}
 	db, err := c.openStore(ctx)
 	if err != nil {
 		return nil, err
 	}
 	a := &app{db: db}
-	var provider payment.Provider
-	switch {
-	case c.provider == "sim":
+	if err := db.BindProvider(ctx, c.providerID()); err != nil {
+		a.Close()
+		return nil, err
+	}
+	var provider payment.Provider = remote.New(c.provider, c.providerTimeout)
+	if sim {
 		if a.sim, err = openSim(c.simDB, c.simFaults); err != nil {
-			db.Close()
+			a.Close()
 			return nil, err
 		}
 		provider = a.sim
-	case strings.HasPrefix(c.provider, "http://") || strings.HasPrefix(c.provider, "https://"):
-		provider = remote.New(c.provider, c.providerTimeout)
-	default:
-		db.Close()
-		return nil, fmt.Errorf(`--provider %q: want "sim" or the http(s) URL of a running sim-provider`, c.provider)
 	}
 	a.service = &payment.Service{
 		Store: db, Provider: provider, Log: log, Now: time.Now,
 		ProviderTimeout: c.providerTimeout, Lease: c.lease,
 	}
 	return a, nil
+}
+
+// providerID names the provider for BindProvider.
+func (c *config) providerID() string {
+	if c.provider == "sim" {
+		return "sim"
+	}
+	return strings.TrimSuffix(c.provider, "/")
 }
 
 func (a *app) Close() error {

@@ -282,3 +282,40 @@ func (db *DB) Backup(ctx context.Context, path string) error {
 	_, err = c.ExecContext(ctx, `VACUUM INTO ?`, path)
 	return mapErr(err)
 }
+
+// BindProvider records which payment provider this database's payments go
+// to, and refuses another while any attempt is in progress: reconcile or a
+// takeover asking the wrong provider "was this charged?" would hear "no" and
+// settle a real charge as not completed. With nothing in progress the
+// binding moves to the new provider, as when a provider's address changes.
+func (db *DB) BindProvider(ctx context.Context, provider string) error {
+	var bound string
+	var inProgress int
+	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO settings (name, value) VALUES ('provider', ?)`, provider); err != nil {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE name = 'provider'`).Scan(&bound); err != nil {
+			return err
+		}
+		if bound == provider {
+			return nil
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM payment_attempts WHERE status = 'in_progress'`).Scan(&inProgress); err != nil {
+			return err
+		}
+		if inProgress > 0 {
+			return nil
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE settings SET value = ? WHERE name = 'provider'`, provider)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if bound != provider && inProgress > 0 {
+		return fmt.Errorf("this database's payments went to provider %q, and %d are still in progress: refusing %q, which cannot know about them (pass --provider %s)",
+			bound, inProgress, provider, bound)
+	}
+	return nil
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,5 +241,28 @@ func TestBackupWhileWriting(t *testing.T) {
 	}
 	if err := db.Backup(ctx, to); err == nil {
 		t.Errorf("Backup over an existing file succeeded")
+	}
+}
+
+// A database stays bound to its provider while payments are in flight there.
+func TestBindProvider(t *testing.T) {
+	ctx := context.Background()
+	db := MustOpen(t, Options{})
+	if err := db.BindProvider(ctx, "http://bank:1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.BindProvider(ctx, "http://bank:1"); err != nil {
+		t.Errorf("same provider again: %v", err)
+	}
+	db.Claim(ctx, newAttempt("k", t0, time.Minute))
+	if err := db.BindProvider(ctx, "sim"); err == nil || !strings.Contains(err.Error(), "http://bank:1") {
+		t.Errorf("another provider with an attempt in progress = %v, want a refusal naming the bound one", err)
+	}
+	db.Record(ctx, "s", "k", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}")}, t0)
+	if err := db.BindProvider(ctx, "http://bank:2"); err != nil {
+		t.Errorf("another provider with nothing in progress = %v, want the binding moved", err)
+	}
+	if err := db.BindProvider(ctx, "http://bank:1"); err != nil {
+		t.Errorf("back again = %v", err)
 	}
 }

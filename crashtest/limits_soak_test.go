@@ -1,0 +1,12 @@
+//go:build soak
+
+package crashtest
+
+import "time"
+
+// The soak run: go test -tags soak -timeout 60m ./crashtest/
+const (
+	killsPerPoint = 500
+	randomKills   = 60
+	busyFor       = 10 * time.Minute
+)

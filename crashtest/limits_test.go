@@ -1,0 +1,13 @@
+//go:build !soak
+
+package crashtest
+
+import "time"
+
+// The bounded run CI does; -tags soak (limits_soak_test.go) runs the long
+// one, and -short a quick one.
+const (
+	killsPerPoint = 100              // SIGKILLs at each of the four crash points
+	randomKills   = 6                // SIGKILLs at random moments under load, in one test
+	busyFor       = 30 * time.Second // the busy-database run
+)
