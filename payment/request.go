@@ -123,8 +123,10 @@ func (r Request) Canonical() []byte {
 }
 
 // Fingerprint is the SHA-256 of the canonical form: what a retry is compared by.
-func (r Request) Fingerprint() []byte {
-	sum := sha256.Sum256(r.Canonical())
+func (r Request) Fingerprint() []byte { return fingerprint(r.Canonical()) }
+
+func fingerprint(canonical []byte) []byte {
+	sum := sha256.Sum256(canonical)
 	return sum[:]
 }
 

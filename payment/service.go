@@ -39,18 +39,20 @@ type Service struct {
 // number of calls. A final outcome is stored and every later call gets its
 // exact bytes; errors carry the code the client sees.
 func (s *Service) Pay(ctx context.Context, scope, key string, req Request) (Result, error) {
-	now := s.Now()
-	a := Attempt{
-		Scope: scope, Key: key, ID: NewPaymentID(),
-		Request: req.Canonical(), RequestHash: req.Fingerprint(),
-		Amount: req.Amount, Currency: req.Currency,
-		Status: InProgress, Fence: 1, LeaseExpiresAt: now.Add(s.Lease),
-		CreatedAt: now, UpdatedAt: now,
-	}
+	canonical := req.Canonical()
+	hash := fingerprint(canonical)
 	// A retry finds its row with a read and never waits for the writer. Only
 	// the INSERT below decides who owns a new key.
 	cur, err := s.Store.Attempt(ctx, scope, key)
 	if ErrorCode(err) == ENOTFOUND {
+		now := s.Now()
+		a := Attempt{
+			Scope: scope, Key: key, ID: NewPaymentID(),
+			Request: canonical, RequestHash: hash,
+			Amount: req.Amount, Currency: req.Currency,
+			Status: InProgress, Fence: 1, LeaseExpiresAt: now.Add(s.Lease),
+			CreatedAt: now, UpdatedAt: now,
+		}
 		claimed, cerr := s.Store.Claim(ctx, &a)
 		if cerr != nil {
 			return Result{}, cerr
@@ -64,14 +66,14 @@ func (s *Service) Pay(ctx context.Context, scope, key string, req Request) (Resu
 	if err != nil {
 		return Result{}, err
 	}
-	return s.duplicate(ctx, a, cur, req)
+	return s.duplicate(ctx, cur, hash, req)
 }
 
 // duplicate answers a request whose key was already claimed: by the stored
 // answer, a conflict, or by taking over an attempt whose owner is gone.
-func (s *Service) duplicate(ctx context.Context, mine Attempt, cur *Attempt, req Request) (Result, error) {
+func (s *Service) duplicate(ctx context.Context, cur *Attempt, hash []byte, req Request) (Result, error) {
 	switch {
-	case string(cur.RequestHash) != string(mine.RequestHash):
+	case string(cur.RequestHash) != string(hash):
 		return Result{}, Errorf(EKEYREUSED, "This Idempotency-Key was already used with a different request. Use a new key for a new payment.")
 	case cur.Status != InProgress:
 		return Result{Status: cur.ResponseStatus, Body: cur.ResponseBody, Replayed: true}, nil
@@ -84,7 +86,7 @@ func (s *Service) duplicate(ctx context.Context, mine Attempt, cur *Attempt, req
 		return Result{}, err
 	}
 	if !ok { // another retry or reconcile got there first
-		return s.settled(ctx, mine)
+		return s.settled(ctx, *cur)
 	}
 	s.Log.Info("took over abandoned attempt", "payment_id", cur.ID, "fence", fence)
 	cur.Fence = fence
