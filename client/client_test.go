@@ -7,21 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/oncepay/oncepay/client"
+	"github.com/oncepay/oncepay/internal/oncepaytest"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/server"
-	"github.com/oncepay/oncepay/sqlitestore"
 )
 
 // oncepay is a real oncepay in demo mode: SQLite files in a temporary
@@ -44,32 +41,11 @@ type seen struct {
 
 func newOncepay(t *testing.T, faults sim.Faults) *oncepay {
 	t.Helper()
-	dir := t.TempDir()
-	schema, err := os.ReadFile("../schema.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := sqlitestore.Open(context.Background(), filepath.Join(dir, "oncepay.db"), string(schema), sqlitestore.Options{})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	s, err := sim.Open(filepath.Join(dir, "sim.db"))
-	if err != nil {
-		t.Fatalf("open sim: %v", err)
-	}
-	if err := s.SetFaults(faults); err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	svc := &payment.Service{Store: db, Provider: s, Log: log, Now: time.Now, ProviderTimeout: 5 * time.Second, Lease: 30 * time.Second}
-	o := &oncepay{Sim: s, requests: map[string][]seen{}}
-	srv := httptest.NewServer(o.record(server.New(server.Config{Payments: svc, Sim: s.Handler(), Log: log})))
+	e := oncepaytest.Open(t, oncepaytest.Options{Faults: faults})
+	o := &oncepay{Sim: e.Sim, requests: map[string][]seen{}}
+	srv := httptest.NewServer(o.record(server.New(server.Config{Payments: e.Service, Sim: e.Sim.Handler(), Log: e.Log})))
 	o.URL = srv.URL
-	t.Cleanup(func() {
-		srv.Close()
-		db.Close()
-		s.Close()
-	})
+	t.Cleanup(srv.Close)
 	return o
 }
 

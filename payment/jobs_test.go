@@ -3,17 +3,13 @@ package payment_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/oncepaytest"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/sim"
-	"github.com/oncepay/oncepay/sqlitestore"
 )
 
 // clock is an injected time that tests move by hand.
@@ -29,36 +25,18 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
+// fixture is a real oncepay on an injected clock.
 type fixture struct {
+	*oncepaytest.Env
 	clock *clock
-	db    *sqlitestore.DB
-	sim   *sim.Sim
-	svc   *payment.Service
-	rec   *payment.Reconciler
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	dir := t.TempDir()
-	schema, err := os.ReadFile("../schema.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := sqlitestore.Open(context.Background(), filepath.Join(dir, "oncepay.db"), string(schema), sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	s, err := sim.Open(filepath.Join(dir, "sim.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	c := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	svc := &payment.Service{Store: db, Provider: s, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Now: c.Now, ProviderTimeout: 100 * time.Millisecond, Lease: 30 * time.Second}
-	return &fixture{clock: c, db: db, sim: s, svc: svc,
-		rec: &payment.Reconciler{Service: svc, StaleAfter: 5 * time.Minute, Limit: 100}}
+	e := oncepaytest.Open(t, oncepaytest.Options{Now: c.Now})
+	e.Service.ProviderTimeout = 100 * time.Millisecond
+	return &fixture{Env: e, clock: c}
 }
 
 // abandon claims key as an owner that then dies: in progress, lease live
@@ -69,12 +47,12 @@ func (f *fixture) abandon(t *testing.T, key string, charged bool) *payment.Attem
 	now := f.clock.Now()
 	a := &payment.Attempt{Scope: "demo", Key: key, ID: payment.NewPaymentID(), Request: req.Canonical(),
 		RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR", Status: payment.InProgress, Fence: 1,
-		LeaseExpiresAt: now.Add(f.svc.Lease), CreatedAt: now, UpdatedAt: now}
-	if ok, err := f.db.Claim(context.Background(), a); !ok || err != nil {
+		LeaseExpiresAt: now.Add(f.Service.Lease), CreatedAt: now, UpdatedAt: now}
+	if ok, err := f.DB.Claim(context.Background(), a); !ok || err != nil {
 		t.Fatalf("Claim = %v, %v", ok, err)
 	}
 	if charged {
-		if _, err := f.sim.Charge(context.Background(), payment.ChargeRequest{IdempotencyKey: payment.DownstreamKey("demo", key),
+		if _, err := f.Sim.Charge(context.Background(), payment.ChargeRequest{IdempotencyKey: payment.DownstreamKey("demo", key),
 			Amount: 1000, Currency: "EUR", Source: "tok_visa"}); err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +62,7 @@ func (f *fixture) abandon(t *testing.T, key string, charged bool) *payment.Attem
 
 func (f *fixture) attempt(t *testing.T, key string) *payment.Attempt {
 	t.Helper()
-	a, err := f.db.Attempt(context.Background(), "demo", key)
+	a, err := f.DB.Attempt(context.Background(), "demo", key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +78,11 @@ func TestReconcile(t *testing.T) {
 	f.abandon(t, "young", false)
 
 	// Nothing is stale before stale-after.
-	if res, err := f.rec.RunOnce(ctx); err != nil || res.Checked != 0 {
+	if res, err := f.Reconciler.RunOnce(ctx); err != nil || res.Checked != 0 {
 		t.Fatalf("RunOnce at +1m = %+v, %v; want nothing checked", res, err)
 	}
 	f.clock.Add(4*time.Minute + time.Second) // the first two are 5m01s old, "young" 4m01s
-	res, err := f.rec.RunOnce(ctx)
+	res, err := f.Reconciler.RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +91,7 @@ func TestReconcile(t *testing.T) {
 	}
 
 	charged := f.attempt(t, "charged")
-	charges, _ := f.sim.Charges(ctx)
+	charges, _ := f.Sim.Charges(ctx)
 	if charged.Status != payment.Succeeded || charged.ResponseStatus != 201 || charged.ChargeID != charges[0].ID {
 		t.Errorf("charged = %s %d %s, want succeeded 201 %s", charged.Status, charged.ResponseStatus, charged.ChargeID, charges[0].ID)
 	}
@@ -135,7 +113,7 @@ func TestReconcile(t *testing.T) {
 	}
 
 	// The client's retry now gets the settled answer.
-	r, err := f.svc.Pay(ctx, "demo", "charged", payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"})
+	r, err := f.Service.Pay(ctx, "demo", "charged", payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"})
 	if err != nil || r.Status != 201 || !r.Replayed || string(r.Body) != string(charged.ResponseBody) {
 		t.Errorf("retry after reconcile = %d %v %v, want the stored 201", r.Status, r.Replayed, err)
 	}
@@ -144,11 +122,11 @@ func TestReconcile(t *testing.T) {
 // A live lease keeps reconcile away, however old the attempt.
 func TestReconcileSkipsLiveLease(t *testing.T) {
 	f := newFixture(t)
-	f.svc.Lease = time.Hour
-	f.rec.StaleAfter = time.Hour
+	f.Service.Lease = time.Hour
+	f.Reconciler.StaleAfter = time.Hour
 	f.abandon(t, "leased", false)
 	f.clock.Add(time.Hour - time.Second)
-	if res, _ := f.rec.RunOnce(context.Background()); res.Checked != 0 {
+	if res, _ := f.Reconciler.RunOnce(context.Background()); res.Checked != 0 {
 		t.Errorf("RunOnce = %+v, want nothing: the lease is live", res)
 	}
 }
@@ -164,16 +142,16 @@ func TestReconcileLookupFailures(t *testing.T) {
 			f := newFixture(t)
 			f.abandon(t, "k", true)
 			f.clock.Add(10 * time.Minute)
-			f.sim.SetFaults(faults)
-			res, err := f.rec.RunOnce(context.Background())
+			f.Sim.SetFaults(faults)
+			res, err := f.Reconciler.RunOnce(context.Background())
 			if err != nil || res != (payment.ReconcileResult{Checked: 1, Unknown: 1}) {
 				t.Fatalf("RunOnce = %+v, %v; want 1 unknown", res, err)
 			}
 			if a := f.attempt(t, "k"); a.Status != payment.InProgress || !a.LeaseExpiresAt.IsZero() {
 				t.Fatalf("attempt = %s lease %v, want in progress with no lease", a.Status, a.LeaseExpiresAt)
 			}
-			f.sim.SetFaults(sim.Faults{})
-			res, err = f.rec.RunOnce(context.Background())
+			f.Sim.SetFaults(sim.Faults{})
+			res, err = f.Reconciler.RunOnce(context.Background())
 			if err != nil || res != (payment.ReconcileResult{Checked: 1, Succeeded: 1}) {
 				t.Errorf("next RunOnce = %+v, %v; want 1 succeeded", res, err)
 			}
@@ -187,11 +165,11 @@ func TestLateOwnerFencedOutByReconcile(t *testing.T) {
 	f := newFixture(t)
 	a := f.abandon(t, "k", false)
 	f.clock.Add(10 * time.Minute)
-	if res, _ := f.rec.RunOnce(ctx); res.Failed != 1 {
+	if res, _ := f.Reconciler.RunOnce(ctx); res.Failed != 1 {
 		t.Fatalf("RunOnce = %+v, want 1 failed", res)
 	}
 	late := payment.SucceededOutcome(*a, payment.Charge{ID: "ch_late"})
-	if ok, err := f.db.Record(ctx, "demo", "k", a.Fence, late, f.clock.Now()); ok || err != nil {
+	if ok, err := f.DB.Record(ctx, "demo", "k", a.Fence, late, f.clock.Now()); ok || err != nil {
 		t.Fatalf("late Record = %v, %v; want refused", ok, err)
 	}
 	if got := f.attempt(t, "k"); got.Status != payment.Failed || got.ChargeID != "" {
@@ -203,11 +181,11 @@ func TestReconcileOne(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	f.abandon(t, "k", true)
-	if _, err := f.rec.ReconcileOne(ctx, "demo", "k"); payment.ErrorCode(err) != payment.EINVALID {
+	if _, err := f.Reconciler.ReconcileOne(ctx, "demo", "k"); payment.ErrorCode(err) != payment.EINVALID {
 		t.Errorf("ReconcileOne of a fresh attempt = %v, want EINVALID", err)
 	}
 	f.clock.Add(6 * time.Minute)
-	a, err := f.rec.ReconcileOne(ctx, "demo", "k")
+	a, err := f.Reconciler.ReconcileOne(ctx, "demo", "k")
 	if err != nil || a.Status != payment.Succeeded {
 		t.Errorf("ReconcileOne = %v, %v; want succeeded", a, err)
 	}
@@ -219,27 +197,27 @@ func TestPurge(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	for _, key := range []string{"a", "b", "c", "d", "e"} {
-		if _, err := f.svc.Pay(ctx, "demo", key, payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}); err != nil {
+		if _, err := f.Service.Pay(ctx, "demo", key, payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	f.abandon(t, "stuck", false)
 	f.clock.Add(23 * time.Hour)
-	f.svc.Pay(ctx, "demo", "recent", payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_chargeDeclined"})
+	f.Service.Pay(ctx, "demo", "recent", payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_chargeDeclined"})
 	f.clock.Add(2 * time.Hour)
 
-	p := &payment.Purger{Store: f.db, Now: f.clock.Now, Retention: 24 * time.Hour, BatchSize: 2}
+	p := &payment.Purger{Store: f.DB, Now: f.clock.Now, Retention: 24 * time.Hour, BatchSize: 2}
 	res, err := p.RunOnce(ctx)
 	if err != nil || res.Deleted != 5 {
 		t.Fatalf("RunOnce = %+v, %v; want 5 deleted", res, err)
 	}
-	counts, _ := f.db.Counts(ctx)
+	counts, _ := f.DB.Counts(ctx)
 	if counts[payment.InProgress] != 1 || counts[payment.Failed] != 1 || counts[payment.Succeeded] != 0 {
 		t.Errorf("left = %v, want the stuck one in progress and the recent decline", counts)
 	}
 	f.clock.Add(100 * 24 * time.Hour)
 	p.RunOnce(ctx)
-	if counts, _ := f.db.Counts(ctx); counts[payment.InProgress] != 1 {
+	if counts, _ := f.DB.Counts(ctx); counts[payment.InProgress] != 1 {
 		t.Errorf("in progress after a long time = %d, want 1: purge never deletes those", counts[payment.InProgress])
 	}
 }

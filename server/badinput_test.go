@@ -100,7 +100,7 @@ func TestBadInputs(t *testing.T) {
 func (e *env) resetData() {
 	e.t.Helper()
 	for _, f := range []string{"oncepay.db", "sim.db"} {
-		db, err := sql.Open("sqlite", filepath.Join(e.dir, f)+"?_pragma=busy_timeout(5000)")
+		db, err := sql.Open("sqlite", filepath.Join(e.Dir, f)+"?_pragma=busy_timeout(5000)")
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -151,7 +151,7 @@ func TestBusyDatabaseIs503(t *testing.T) {
 	if first.Status != 201 {
 		t.Fatalf("first = %d", first.Status)
 	}
-	other, err := sql.Open("sqlite", filepath.Join(e.dir, "oncepay.db")+"?_pragma=busy_timeout(100)")
+	other, err := sql.Open("sqlite", filepath.Join(e.Dir, "oncepay.db")+"?_pragma=busy_timeout(100)")
 	if err != nil {
 		t.Fatal(err)
 	}

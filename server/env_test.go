@@ -5,14 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/oncepaytest"
 	"github.com/oncepay/oncepay/metrics"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/sim"
@@ -24,12 +22,9 @@ import (
 // env is a running oncepay: real SQLite files, the simulated provider, and
 // real HTTP over a loopback socket.
 type env struct {
+	*oncepaytest.Env
 	t       testing.TB
-	dir     string
-	DB      *sqlitestore.DB
-	Sim     *sim.Sim
 	Metrics *metrics.Metrics
-	Service *payment.Service
 	Server  *httptest.Server
 	Client  *http.Client
 }
@@ -50,49 +45,18 @@ type envOptions struct {
 
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
-	if o.dir == "" {
-		o.dir = t.TempDir()
-	}
-	if o.now == nil {
-		o.now = time.Now
-	}
-	if o.lease == 0 {
-		o.lease = 30 * time.Second
-	}
-	schema, err := os.ReadFile("../schema.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	db, err := sqlitestore.Open(ctx, filepath.Join(o.dir, "oncepay.db"), string(schema), o.storeOp)
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	s, err := sim.Open(filepath.Join(o.dir, "sim.db"))
-	if err != nil {
-		t.Fatalf("open sim: %v", err)
-	}
-	if err := s.SetFaults(o.faults); err != nil {
-		t.Fatal(err)
-	}
-	if o.log == nil {
-		o.log = io.Discard
-	}
-	log := slog.New(slog.NewJSONHandler(o.log, nil))
-	m := metrics.New(db.InProgress, o.now)
-	svc := &payment.Service{Store: db, Provider: s, Log: log, Now: o.now, ProviderTimeout: 5 * time.Second, Lease: o.lease,
-		ObserveProviderCall: m.ProviderCall}
-	rec := &payment.Reconciler{Service: svc, StaleAfter: 5 * time.Minute, Limit: 100}
-	cfg := server.Config{Payments: svc, Sim: s.Handler(), Log: log, Metrics: m.Handler(), CountRequest: m.Request,
-		Admin: server.Admin{Store: db, Reconciler: rec, Token: o.adminToken, Open: !o.auth}}
+	oe := oncepaytest.Open(t, oncepaytest.Options{Dir: o.dir, Faults: o.faults, Now: o.now, Lease: o.lease, Store: o.storeOp, Log: o.log})
+	m := metrics.New(oe.DB.InProgress, oe.Service.Now)
+	oe.Service.ObserveProviderCall = m.ProviderCall
+	cfg := server.Config{Payments: oe.Service, Sim: oe.Sim.Handler(), Log: oe.Log, Metrics: m.Handler(), CountRequest: m.Request,
+		Admin: server.Admin{Store: oe.DB, Reconciler: oe.Reconciler, Token: o.adminToken, Open: !o.auth}}
 	if o.auth {
-		cfg.Keys = db
+		cfg.Keys = oe.DB
 	}
 	if o.workshop {
-		cfg.Workshop = workshop.New(svc, rec, s, server.DemoScope)
+		cfg.Workshop = workshop.New(oe.Service, oe.Reconciler, oe.Sim, server.DemoScope)
 	}
-	srv := httptest.NewServer(server.New(cfg))
-	e := &env{t: t, dir: o.dir, DB: db, Sim: s, Metrics: m, Service: svc, Server: srv,
+	e := &env{Env: oe, t: t, Metrics: m, Server: httptest.NewServer(server.New(cfg)),
 		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}, Timeout: 30 * time.Second}}
 	t.Cleanup(e.Close)
 	return e
@@ -100,14 +64,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 
 // Close stops the server and closes the files; safe to call twice.
 func (e *env) Close() {
-	if e.Server == nil {
-		return
-	}
 	e.Server.Close()
 	e.Client.CloseIdleConnections()
-	e.DB.Close()
-	e.Sim.Close()
-	e.Server = nil
+	e.Env.Close()
 }
 
 type response struct {
@@ -164,18 +123,7 @@ func (e *env) pay(key, body string, headers ...string) response {
 }
 
 // ledger is the simulated provider's charges by idempotency key.
-func (e *env) ledger() map[string][]payment.Charge {
-	e.t.Helper()
-	charges, err := e.Sim.Charges(context.Background())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	m := map[string][]payment.Charge{}
-	for _, c := range charges {
-		m[c.IdempotencyKey] = append(m[c.IdempotencyKey], c)
-	}
-	return m
-}
+func (e *env) ledger() map[string][]payment.Charge { return e.Ledger(e.t) }
 
 func (e *env) counts() map[payment.Status]int {
 	e.t.Helper()

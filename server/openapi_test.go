@@ -277,7 +277,7 @@ func notCompleted(t *testing.T, e *env, scope, key string, headers []string) res
 // lock, as another process would.
 func whileLocked(t *testing.T, e *env, f func() response) response {
 	t.Helper()
-	db, err := sql.Open("sqlite", filepath.Join(e.dir, "oncepay.db")+"?_pragma=busy_timeout(100)")
+	db, err := sql.Open("sqlite", filepath.Join(e.Dir, "oncepay.db")+"?_pragma=busy_timeout(100)")
 	if err != nil {
 		t.Fatal(err)
 	}

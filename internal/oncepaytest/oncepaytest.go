@@ -1,0 +1,108 @@
+// Package oncepaytest builds a real oncepay for tests: SQLite files in a
+// temporary directory, the simulated provider with its own ledger file, and
+// the payment flow over them. Only the provider is simulated.
+package oncepaytest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/provider/sim"
+	"github.com/oncepay/oncepay/sqlitestore"
+)
+
+// Options shape an Env. The zero value is a healthy oncepay on fresh files.
+type Options struct {
+	Dir    string // reuse the files of an earlier Env (a restart); default a new t.TempDir
+	Faults sim.Faults
+	Now    func() time.Time // default time.Now
+	Lease  time.Duration    // default 30s
+	Store  sqlitestore.Options
+	Log    io.Writer // JSON logs; default discarded
+}
+
+// Env is an open oncepay.
+type Env struct {
+	Dir        string
+	DB         *sqlitestore.DB
+	Sim        *sim.Sim
+	Service    *payment.Service
+	Reconciler *payment.Reconciler // stale after 5m, as in production
+	Log        *slog.Logger
+	closed     bool
+}
+
+// Open opens an Env and closes it when the test ends.
+func Open(tb testing.TB, o Options) *Env {
+	tb.Helper()
+	if o.Dir == "" {
+		o.Dir = tb.TempDir()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Lease == 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	db, err := sqlitestore.Open(context.Background(), filepath.Join(o.Dir, "oncepay.db"), Schema(tb), o.Store)
+	if err != nil {
+		tb.Fatalf("open store: %v", err)
+	}
+	s, err := sim.Open(filepath.Join(o.Dir, "sim.db"))
+	if err != nil {
+		tb.Fatalf("open sim: %v", err)
+	}
+	if err := s.SetFaults(o.Faults); err != nil {
+		tb.Fatal(err)
+	}
+	log := slog.New(slog.NewJSONHandler(o.Log, nil))
+	svc := &payment.Service{Store: db, Provider: s, Log: log, Now: o.Now, ProviderTimeout: 5 * time.Second, Lease: o.Lease}
+	e := &Env{Dir: o.Dir, DB: db, Sim: s, Service: svc, Log: log,
+		Reconciler: &payment.Reconciler{Service: svc, StaleAfter: 5 * time.Minute, Limit: 100}}
+	tb.Cleanup(e.Close)
+	return e
+}
+
+// Close closes the files; safe to call twice, so a test can restart.
+func (e *Env) Close() {
+	if e.closed {
+		return
+	}
+	e.closed = true
+	e.DB.Close()
+	e.Sim.Close()
+}
+
+// Schema is schema.sql, read as the store applies it. Tests run in their
+// package's directory, one level below the root.
+func Schema(tb testing.TB) string {
+	tb.Helper()
+	b, err := os.ReadFile("../schema.sql")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(b)
+}
+
+// Ledger is the simulated provider's charges, by idempotency key.
+func (e *Env) Ledger(tb testing.TB) map[string][]payment.Charge {
+	tb.Helper()
+	charges, err := e.Sim.Charges(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m := map[string][]payment.Charge{}
+	for _, c := range charges {
+		m[c.IdempotencyKey] = append(m[c.IdempotencyKey], c)
+	}
+	return m
+}
