@@ -151,27 +151,16 @@ func TestBusyDatabaseIs503(t *testing.T) {
 	if first.Status != 201 {
 		t.Fatalf("first = %d", first.Status)
 	}
-	other, err := sql.Open("sqlite", filepath.Join(e.Dir, "oncepay.db")+"?_pragma=busy_timeout(100)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	conn, err := other.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err != nil {
-		t.Fatal(err)
-	}
-	r := e.pay("while-locked", visa)
-	if r.Status != 503 || r.problemType() != payment.ProblemUnavailable || r.Header.Get("Retry-After") == "" {
-		t.Errorf("write while locked = %d %s, want 503 unavailable with Retry-After", r.Status, r.Body)
-	}
-	if r := e.pay("before-lock", visa); r.Status != 201 || string(r.Body) != string(first.Body) {
-		t.Errorf("replay while locked = %d %s, want the stored 201", r.Status, r.Body)
-	}
-	conn.ExecContext(context.Background(), `ROLLBACK`)
+	whileLocked(t, e, func() response {
+		r := e.pay("while-locked", visa)
+		if r.Status != 503 || r.problemType() != payment.ProblemUnavailable || r.Header.Get("Retry-After") == "" {
+			t.Errorf("write while locked = %d %s, want 503 unavailable with Retry-After", r.Status, r.Body)
+		}
+		if r := e.pay("before-lock", visa); r.Status != 201 || string(r.Body) != string(first.Body) {
+			t.Errorf("replay while locked = %d %s, want the stored 201", r.Status, r.Body)
+		}
+		return r
+	})
 	if n := len(e.ledger()); n != 1 {
 		t.Errorf("ledger has %d charges, want 1", n)
 	}

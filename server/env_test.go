@@ -3,10 +3,12 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -145,3 +147,24 @@ func (e *env) apiKey(name string) (scope, secret string) {
 }
 
 const visa = `{"amount":1000,"currency":"EUR","source":"tok_visa"}`
+
+// whileLocked runs f while another connection holds the database's write
+// lock, as another process would.
+func whileLocked(t *testing.T, e *env, f func() response) response {
+	t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(e.Dir, "oncepay.db")+"?_pragma=busy_timeout(100)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(context.Background(), `ROLLBACK`)
+	return f()
+}

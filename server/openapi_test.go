@@ -3,11 +3,9 @@ package server_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -273,26 +271,6 @@ func notCompleted(t *testing.T, e *env, scope, key string, headers []string) res
 	return e.pay(key, visa, headers...)
 }
 
-// whileLocked runs f while another connection holds the database's write
-// lock, as another process would.
-func whileLocked(t *testing.T, e *env, f func() response) response {
-	t.Helper()
-	db, err := sql.Open("sqlite", filepath.Join(e.Dir, "oncepay.db")+"?_pragma=busy_timeout(100)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	conn, err := db.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.ExecContext(context.Background(), `ROLLBACK`)
-	return f()
-}
 
 // Requests the spec itself says are wrong are answered as the spec says, so
 // the limits written in it are the server's.
