@@ -271,7 +271,6 @@ func notCompleted(t *testing.T, e *env, scope, key string, headers []string) res
 	return e.pay(key, visa, headers...)
 }
 
-
 // Requests the spec itself says are wrong are answered as the spec says, so
 // the limits written in it are the server's.
 func TestOpenAPIRequestLimits(t *testing.T) {
