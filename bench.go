@@ -29,7 +29,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&cfg.Connections, "connections", 64, "keep-alive connections, one worker each")
 	fs.IntVar(&cfg.StormSize, "storm-size", 1000, "storm: requests sent at once on one key")
 	fs.IntVar(&cfg.ReplayKeys, "replay-keys", 1000, "replay: payments created first, then replayed")
-	fs.BoolVar(&compare, "compare", false, "start this binary as a demo server twice on temporary files (group commit, then --max-batch 1), run every scenario against each, measure the SQL ceiling, and print the ratios; --url is not used")
+	fs.BoolVar(&compare, "compare", false, "run every scenario against this binary started as a demo server on temporary files, with group commit and then with --max-batch 1, measure the SQL ceiling of each, and print the ratios; --url, --api-key and --scope are not used")
 	if _, err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}

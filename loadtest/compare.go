@@ -43,9 +43,16 @@ var WritePaths = []WritePath{{"group commit", 0}, {"per-request commit", 1}}
 // PathResult is what one write path did.
 type PathResult struct {
 	WritePath
-	Reports map[Scenario]*Report
-	PeakRSS map[Scenario]int64 // bytes: the server's peak RSS during each scenario's load, 0 if unknown
+	Runs    map[Scenario]*Measured
 	Ceiling Ceiling
+}
+
+// Measured is one scenario run against one server, with what only the
+// process that started the server can read of it.
+type Measured struct {
+	*Report
+	PeakRSS   int64         // bytes: the server's peak RSS during the measured load; 0 if unknown
+	ServerCPU time.Duration // the server's CPU time during the measured load; 0 if unknown
 }
 
 // Comparison is a comparison's results, in WritePaths order.
@@ -53,13 +60,14 @@ type Comparison struct {
 	Paths []*PathResult
 }
 
-// Compare starts the server once per write path on fresh files, runs every
-// scenario against it and checks each, then measures the SQL ceiling of
-// each write path. Invariant violations are in the reports, not the error.
+// Compare runs every scenario against each write path, each on a server of
+// its own, and checks each; then it measures the SQL ceiling of each write
+// path. Invariant violations are in the reports, not the error.
 func Compare(ctx context.Context, cfg CompareConfig) (*Comparison, error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
+	cfg.Load.setDefaults()
 	c := &Comparison{}
 	for _, wp := range WritePaths {
 		res, err := comparePath(ctx, cfg, wp)
@@ -72,55 +80,70 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Comparison, error) {
 }
 
 func comparePath(ctx context.Context, cfg CompareConfig, wp WritePath) (*PathResult, error) {
-	res := &PathResult{WritePath: wp, Reports: map[Scenario]*Report{}, PeakRSS: map[Scenario]int64{}}
+	res := &PathResult{WritePath: wp, Runs: map[Scenario]*Measured{}}
 	name := strings.ReplaceAll(wp.Name, " ", "-")
-	args := []string{"demo", "--addr", "127.0.0.1:0", "--db", filepath.Join(cfg.Dir, name+".db")}
-	if wp.MaxBatch > 0 {
-		args = append(args, "--max-batch", strconv.Itoa(wp.MaxBatch))
-	}
-	srv, err := StartServer(ctx, cfg.Exe, filepath.Join(cfg.Dir, name+".log"), args...)
-	if err != nil {
-		return nil, err
-	}
-	defer srv.Stop()
-	fmt.Fprintf(cfg.Progress, "== %s: %s %s\n", wp.Name, cfg.Exe, strings.Join(args, " "))
+	fmt.Fprintf(cfg.Progress, "== %s\n", wp.Name)
 	for _, sc := range Scenarios {
-		load := cfg.Load
-		load.URL, load.Scenario = srv.URL, sc
-		// The peak is reset before the load and read before the check, whose
-		// ledger dump is not part of serving payments.
-		rssErr := srv.ResetPeakRSS()
-		rep, err := Run(ctx, load)
+		m, err := measureScenario(ctx, cfg, wp, filepath.Join(cfg.Dir, name+"-"+string(sc)), sc)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", sc, err)
 		}
-		if rssErr == nil {
-			res.PeakRSS[sc], _ = srv.PeakRSS()
-		}
-		if err := rep.Check(ctx); err != nil {
-			return nil, err
-		}
-		rep.Write(cfg.Progress)
-		res.Reports[sc] = rep
-	}
-	if err := srv.Stop(); err != nil {
-		return nil, err
+		res.Runs[sc] = m
 	}
 	db, err := sqlitestore.Open(ctx, filepath.Join(cfg.Dir, name+"-ceiling.db"), cfg.Schema, sqlitestore.Options{MaxBatch: wp.MaxBatch})
 	if err != nil {
 		return nil, err
 	}
 	defer db.Close()
-	load := cfg.Load
-	if err := load.setDefaults(); err != nil {
-		return nil, err
-	}
-	if res.Ceiling, err = StoreCeiling(ctx, db, load.Connections, load.Duration); err != nil {
+	if res.Ceiling, err = StoreCeiling(ctx, db, cfg.Load.Connections, cfg.Load.Duration); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(cfg.Progress, "SQL ceiling: %s payments/s (claim and record, no HTTP), %.1f writes per commit\n",
 		thousands(res.Ceiling.Throughput()), res.Ceiling.WritesPerCommit())
 	return res, nil
+}
+
+// measureScenario runs one scenario against a server of its own, started
+// on fresh files named from base: no scenario inherits another's database
+// or memory (the ledger read by a check, say).
+func measureScenario(ctx context.Context, cfg CompareConfig, wp WritePath, base string, sc Scenario) (*Measured, error) {
+	args := []string{"demo", "--addr", "127.0.0.1:0", "--db", base + ".db"}
+	if wp.MaxBatch > 0 {
+		args = append(args, "--max-batch", strconv.Itoa(wp.MaxBatch))
+	}
+	srv, err := startServer(ctx, cfg.Exe, base+".log", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Stop()
+	fmt.Fprintf(cfg.Progress, "$ %s %s\n", cfg.Exe, strings.Join(args, " "))
+	m := &Measured{}
+	load := cfg.Load
+	load.URL, load.Scenario = srv.URL, sc
+	var cpu0 time.Duration
+	var rssErr, cpuErr error
+	load.Started = func() {
+		rssErr = resetPeakRSS(srv.Pid())
+		cpu0, cpuErr = processCPU(srv.Pid())
+	}
+	load.Stopped = func() {
+		if cpu1, err := processCPU(srv.Pid()); err == nil && cpuErr == nil {
+			m.ServerCPU = cpu1 - cpu0
+		}
+		if rssErr == nil {
+			m.PeakRSS, _ = peakRSS(srv.Pid())
+		}
+	}
+	if m.Report, err = Run(ctx, load); err != nil {
+		return nil, err
+	}
+	if err := m.Check(ctx); err != nil {
+		return nil, err
+	}
+	m.Write(cfg.Progress)
+	fmt.Fprintf(cfg.Progress, "  server    peak RSS %s, CPU %s, %s per request\n",
+		megabytes(m.PeakRSS), m.ServerCPU.Round(time.Millisecond), micros(m.perRequest(m.ServerCPU)))
+	return m, srv.Stop()
 }
 
 // Ceiling is the store alone: what the claim and record statements reach
@@ -163,8 +186,7 @@ func StoreCeiling(ctx context.Context, db *sqlitestore.DB, workers int, d time.D
 					Status: payment.InProgress, Fence: 1, LeaseExpiresAt: now.Add(time.Minute),
 					CreatedAt: now, UpdatedAt: now,
 				}
-				err := claimAndRecord(ctx, db, a)
-				if err != nil {
+				if err := claimAndRecord(ctx, db, a); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -185,19 +207,25 @@ func StoreCeiling(ctx context.Context, db *sqlitestore.DB, workers int, d time.D
 
 func claimAndRecord(ctx context.Context, db *sqlitestore.DB, a payment.Attempt) error {
 	claimed, err := db.Claim(ctx, &a)
-	if err != nil || !claimed {
-		return errors.Join(err, fmt.Errorf("claim %s: not claimed", a.Key))
+	if err != nil {
+		return fmt.Errorf("claim %s: %w", a.Key, err)
+	}
+	if !claimed {
+		return fmt.Errorf("claim %s: a fresh key was not claimed", a.Key)
 	}
 	o := payment.SucceededOutcome(a, payment.Charge{ID: "ch_" + a.Key})
-	ok, err := db.Record(ctx, a.Scope, a.Key, a.Fence, o, time.Now())
-	if err != nil || !ok {
-		return errors.Join(err, fmt.Errorf("record %s: not recorded", a.Key))
+	recorded, err := db.Record(ctx, a.Scope, a.Key, a.Fence, o, time.Now())
+	if err != nil {
+		return fmt.Errorf("record %s: %w", a.Key, err)
+	}
+	if !recorded {
+		return fmt.Errorf("record %s: the owner's record was fenced out", a.Key)
 	}
 	return nil
 }
 
-// Server is an oncepay server process this package started.
-type Server struct {
+// server is an oncepay server process this package started.
+type server struct {
 	URL  string
 	cmd  *exec.Cmd
 	done chan error
@@ -205,9 +233,9 @@ type Server struct {
 	err  error
 }
 
-// StartServer runs exe with args, its stderr to logPath, and waits for the
+// startServer runs exe with args, its stderr to logPath, and waits for the
 // URL it prints on stdout once it listens.
-func StartServer(ctx context.Context, exe, logPath string, args ...string) (*Server, error) {
+func startServer(ctx context.Context, exe, logPath string, args ...string) (*server, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -222,7 +250,7 @@ func StartServer(ctx context.Context, exe, logPath string, args ...string) (*Ser
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &Server{cmd: cmd, done: make(chan error, 1)}
+	s := &server{cmd: cmd, done: make(chan error, 1)}
 	urls := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -249,7 +277,7 @@ func StartServer(ctx context.Context, exe, logPath string, args ...string) (*Ser
 
 // Stop asks the server to shut down (SIGTERM) and waits for it, killing it
 // if it takes more than 30 seconds. It is safe to call twice.
-func (s *Server) Stop() error {
+func (s *server) Stop() error {
 	s.once.Do(func() {
 		s.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -262,29 +290,16 @@ func (s *Server) Stop() error {
 	return s.err
 }
 
-// ResetPeakRSS starts a new peak for PeakRSS (Linux: /proc/PID/clear_refs).
-func (s *Server) ResetPeakRSS() error {
-	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", s.cmd.Process.Pid), []byte("5"), 0)
+// Pid is the server's process id.
+func (s *server) Pid() int { return s.cmd.Process.Pid }
+
+// perRequest is d shared among the measured requests.
+func (m *Measured) perRequest(d time.Duration) time.Duration {
+	return d / time.Duration(max(m.Requests, 1))
 }
 
-// PeakRSS is the server's peak resident memory in bytes since it started or
-// since ResetPeakRSS (Linux: VmHWM in /proc/PID/status).
-func (s *Server) PeakRSS() (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, errors.New("no VmHWM in /proc status")
-}
-
-// Write prints the comparison as a table: each write path's figures, and
-// their ratio.
+// Write prints the comparison: a table of each write path's figures and
+// their ratio, then the group-commit path against the targets of issue 6.
 func (c *Comparison) Write(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "\t")
@@ -292,7 +307,9 @@ func (c *Comparison) Write(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t", p.Name)
 	}
 	fmt.Fprint(tw, "ratio\t\n")
-	row := func(label string, v func(p *PathResult) float64, format func(float64) string, ratio bool) {
+	// row prints a figure for each path; with ratio, the first path's over
+	// the second's.
+	row := func(label string, ratio bool, v func(p *PathResult) float64, format func(float64) string) {
 		fmt.Fprintf(tw, "%s\t", label)
 		var vals []float64
 		for _, p := range c.Paths {
@@ -304,47 +321,95 @@ func (c *Comparison) Write(w io.Writer) {
 		}
 		fmt.Fprint(tw, "\t\n")
 	}
-	perSec := func(f float64) string { return thousands(f) + "/s" }
+	perSec := perSecond
 	millis := func(f float64) string { return ms(time.Duration(f)) }
+	micro := func(f float64) string { return micros(time.Duration(f)) }
 	for _, sc := range Scenarios {
-		rep := func(p *PathResult) *Report { return p.Reports[sc] }
-		row(string(sc)+" throughput", func(p *PathResult) float64 { return rep(p).Throughput() }, perSec, true)
+		run := func(p *PathResult) *Measured { return p.Runs[sc] }
+		row(string(sc)+" throughput", true, func(p *PathResult) float64 { return run(p).Throughput() }, perSec)
 		if sc == Storm {
-			row("storm slowest round", func(p *PathResult) float64 { return float64(rep(p).Storm.Max) }, millis, false)
-			continue
+			row("storm: slowest round answered in", false, func(p *PathResult) float64 { return float64(run(p).Storm.Max) }, millis)
+		} else {
+			row(string(sc)+" p50", false, func(p *PathResult) float64 { return float64(run(p).Latency.P50) }, millis)
+			row(string(sc)+" p99", false, func(p *PathResult) float64 { return float64(run(p).Latency.P99) }, millis)
 		}
-		row(string(sc)+" p50", func(p *PathResult) float64 { return float64(rep(p).Latency.P50) }, millis, false)
-		row(string(sc)+" p99", func(p *PathResult) float64 { return float64(rep(p).Latency.P99) }, millis, false)
+		row(string(sc)+": server CPU per request", false, func(p *PathResult) float64 {
+			return float64(run(p).perRequest(run(p).ServerCPU))
+		}, micro)
+		row(string(sc)+": load tool CPU per request", false, func(p *PathResult) float64 {
+			return float64(run(p).perRequest(run(p).ClientCPU))
+		}, micro)
+		row(string(sc)+": server peak RSS", false, func(p *PathResult) float64 { return float64(run(p).PeakRSS) },
+			func(f float64) string { return megabytes(int64(f)) })
 	}
-	mb := func(f float64) string { return fmt.Sprintf("%.0f MB", f/(1<<20)) }
-	row("server peak RSS (max over scenarios)", func(p *PathResult) float64 {
-		var m int64
-		for _, v := range p.PeakRSS {
-			m = max(m, v)
-		}
-		return float64(m)
-	}, mb, false)
-	row("SQL ceiling, no HTTP", func(p *PathResult) float64 { return p.Ceiling.Throughput() }, perSec, true)
-	row("writes per commit at the ceiling", func(p *PathResult) float64 { return p.Ceiling.WritesPerCommit() }, func(f float64) string { return fmt.Sprintf("%.1f", f) }, false)
-	row("new over HTTP / SQL ceiling", func(p *PathResult) float64 {
-		return 100 * p.Reports[New].Throughput() / p.Ceiling.Throughput()
-	}, func(f float64) string { return fmt.Sprintf("%.0f%%", f) }, false)
+	row("SQL ceiling (store, no HTTP)", true, func(p *PathResult) float64 { return p.Ceiling.Throughput() }, perSec)
+	row("writes per commit at the ceiling", false, func(p *PathResult) float64 { return p.Ceiling.WritesPerCommit() },
+		func(f float64) string { return fmt.Sprintf("%.1f", f) })
+	row("new over HTTP / SQL ceiling", false, func(p *PathResult) float64 {
+		return 100 * p.Runs[New].Throughput() / p.Ceiling.Throughput()
+	}, func(f float64) string { return fmt.Sprintf("%.0f%%", f) })
 	count := func(f float64) string { return thousands(f) }
-	row("5xx answers", func(p *PathResult) float64 { return float64(p.sum((*Report).ServerErrors)) }, count, false)
-	row("requests without an answer", func(p *PathResult) float64 {
-		return float64(p.sum(func(r *Report) int { return r.Errors }))
-	}, count, false)
-	row("invariant violations", func(p *PathResult) float64 { return float64(p.Violations()) }, count, false)
+	row("5xx answers", false, func(p *PathResult) float64 { return float64(p.sum((*Measured).ServerErrors)) }, count)
+	row("requests without an answer", false, func(p *PathResult) float64 {
+		return float64(p.sum(func(m *Measured) int { return m.Errors }))
+	}, count)
+	row("invariant violations", false, func(p *PathResult) float64 { return float64(p.Violations()) }, count)
+	tw.Flush()
+	if len(c.Paths) == 2 {
+		c.writeTargets(w)
+	}
+}
+
+// writeTargets checks the group-commit path against the targets of issue 6
+// (set for 64 connections and storms of 1,000).
+func (c *Comparison) writeTargets(w io.Writer) {
+	group, perRequest := c.Paths[0], c.Paths[1]
+	newRun, storm := group.Runs[New], group.Runs[Storm]
+	ratio := newRun.Throughput() / perRequest.Runs[New].Throughput()
+	targets := []struct {
+		name, got string
+		met       bool
+	}{
+		{"new payments >= 15,000/s", perSecond(newRun.Throughput()), newRun.Throughput() >= 15000},
+		{"new payments >= 6x per-request commit", fmt.Sprintf("%.1fx", ratio), ratio >= 6},
+		{"new payments p99 <= 10ms", ms(newRun.Latency.P99), newRun.Latency.P99 <= 10*time.Millisecond},
+		{"replays >= 40,000/s", perSecond(group.Runs[Replay].Throughput()), group.Runs[Replay].Throughput() >= 40000},
+		{"server RSS <= 100 MB, every scenario", megabytes(group.peakRSS()), group.peakRSS() > 0 && group.peakRSS() <= 100<<20},
+		{fmt.Sprintf("storm of %d answered within 1s", storm.Storm.Size), ms(storm.Storm.Max), storm.Storm.Max <= time.Second},
+		{"storm: exactly one charge per key", fmt.Sprintf("%d charged of %d keys, %d violations", storm.Charged, storm.Keys, storm.Violations()),
+			storm.Charged == storm.Keys && storm.Violations() == 0},
+	}
+	fmt.Fprintln(w, "\ntargets (group commit):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, t := range targets {
+		verdict := "MISSED"
+		if t.met {
+			verdict = "met"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", t.name, t.got, verdict)
+	}
 	tw.Flush()
 }
 
-// Violations counts broken invariants over every scenario.
-func (p *PathResult) Violations() int { return p.sum((*Report).Violations) }
+func (p *PathResult) peakRSS() int64 {
+	var m int64
+	for _, r := range p.Runs {
+		m = max(m, r.PeakRSS)
+	}
+	return m
+}
 
-func (p *PathResult) sum(f func(*Report) int) int {
+func perSecond(f float64) string { return thousands(f) + "/s" }
+
+func megabytes(b int64) string { return fmt.Sprintf("%.0f MB", float64(b)/(1<<20)) }
+
+// Violations counts broken invariants over every scenario.
+func (p *PathResult) Violations() int { return p.sum((*Measured).Violations) }
+
+func (p *PathResult) sum(f func(*Measured) int) int {
 	var n int
-	for _, r := range p.Reports {
-		n += f(r)
+	for _, m := range p.Runs {
+		n += f(m)
 	}
 	return n
 }

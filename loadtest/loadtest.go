@@ -18,6 +18,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,12 +58,15 @@ type Config struct {
 	Connections int           // concurrent keep-alive connections and workers; default 64
 	StormSize   int           // concurrent requests on one key in a storm round; default 1000
 	ReplayKeys  int           // payments created before a replay run; default 1000
+
+	// Started and Stopped, if set, are called as the measured phase begins
+	// and ends, for readings of the server only the caller can take (its CPU
+	// time, its peak memory): set-up requests are left out of them.
+	Started, Stopped func()
 }
 
-func (c *Config) setDefaults() error {
-	if c.URL == "" {
-		return errors.New("loadtest: no URL")
-	}
+// setDefaults fills in what c leaves zero.
+func (c *Config) setDefaults() {
 	c.URL = strings.TrimSuffix(c.URL, "/")
 	if c.Scope == "" {
 		c.Scope = "demo"
@@ -79,6 +83,12 @@ func (c *Config) setDefaults() error {
 	if c.ReplayKeys <= 0 {
 		c.ReplayKeys = 1000
 	}
+}
+
+func (c *Config) validate() error {
+	if c.URL == "" {
+		return errors.New("loadtest: no URL")
+	}
 	switch c.Scenario {
 	case New, Replay, Storm, Mixed:
 		return nil
@@ -93,7 +103,8 @@ var payBody = []byte(`{"amount":1999,"currency":"EUR","source":"tok_visa","descr
 // Run drives the scenario against cfg.URL and reports what it saw. Call
 // Check on the report to verify the invariants against the ledger.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	if err := cfg.setDefaults(); err != nil {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	conns := cfg.Connections
@@ -118,29 +129,31 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer r.client.CloseIdleConnections()
 
-	rep := &Report{Scenario: cfg.Scenario, Connections: conns, cfg: cfg}
-	var (
-		recs    []*recorder
-		elapsed time.Duration
-		err     error
-	)
-	switch cfg.Scenario {
-	case New:
-		recs, elapsed = r.pool(ctx, cfg.Duration, func(w, seq int) (string, bool, bool) {
-			return r.freshKey(w, seq), true, true
-		})
-	case Replay:
-		recs, elapsed, err = r.replay(ctx)
-	case Storm:
-		recs, elapsed, rep.Storm, err = r.storm(ctx)
-	case Mixed:
-		recs, elapsed = r.pool(ctx, cfg.Duration, r.mixedKey)
-	}
-	if err != nil {
+	if err := r.prepare(ctx); err != nil {
 		return nil, err
 	}
-	rep.Elapsed = elapsed
+	rep := &Report{Scenario: cfg.Scenario, Connections: conns, cfg: cfg}
+	var recs []*recorder
+	rep.Elapsed, rep.ClientCPU = r.measure(func() {
+		switch cfg.Scenario {
+		case New:
+			recs = r.pool(ctx, cfg.Duration, func(w, seq int) (string, bool, bool) {
+				return r.freshKey(w, seq), true, true
+			})
+		case Replay:
+			recs = r.pool(ctx, cfg.Duration, func(int, int) (string, bool, bool) {
+				return r.created[rand.IntN(len(r.created))], false, true // read-only now: no lock
+			})
+		case Storm:
+			recs, rep.Storm = r.storm(ctx)
+		case Mixed:
+			recs = r.pool(ctx, cfg.Duration, r.mixedKey)
+		}
+	})
 	rep.merge(recs, r.warmup)
+	if rep.Requests == 0 && rep.Errors > 0 {
+		return nil, fmt.Errorf("loadtest: no request was answered; the first error: %w", rep.FirstError)
+	}
 	return rep, nil
 }
 
@@ -168,13 +181,12 @@ func (r *runner) freshKey(w, seq int) string {
 }
 
 // pool runs cfg.Connections workers until d has passed (d 0: until pick
-// stops them) and returns their records and how long they ran. A fresh key
-// answered 201 joins the replay pool. A worker finishes the request it has
-// started, so a run lasts d plus at most one request.
-func (r *runner) pool(ctx context.Context, d time.Duration, pick picker) ([]*recorder, time.Duration) {
+// stops them) and returns their records. A fresh key answered 201 joins the
+// replay pool. A worker finishes the request it has started, so a run lasts
+// d plus at most one request.
+func (r *runner) pool(ctx context.Context, d time.Duration, pick picker) []*recorder {
 	recs := make([]*recorder, r.cfg.Connections)
-	start := time.Now()
-	deadline := start.Add(d)
+	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for w := range recs {
 		rec := newRecorder()
@@ -194,7 +206,7 @@ func (r *runner) pool(ctx context.Context, d time.Duration, pick picker) ([]*rec
 		})
 	}
 	wg.Wait()
-	return recs, time.Since(start)
+	return recs
 }
 
 // do sends one payment request under key, records its answer in rec and
@@ -228,21 +240,44 @@ func (r *runner) do(ctx context.Context, rec *recorder, key string) int {
 	return resp.StatusCode
 }
 
-// replay creates cfg.ReplayKeys payments (untimed), then replays them at
-// random for cfg.Duration.
-func (r *runner) replay(ctx context.Context) ([]*recorder, time.Duration, error) {
-	var handed atomic.Int64
-	r.warmup, _ = r.pool(ctx, 0, func(w, seq int) (string, bool, bool) {
-		ok := handed.Add(1) <= int64(r.cfg.ReplayKeys)
-		return r.freshKey(w, seq), true, ok
-	})
-	if len(r.created) == 0 {
-		return nil, 0, errors.New("loadtest: no payment was created to replay; see the status counts of a new run")
+// prepare does what a scenario needs before it is measured: a replay run
+// creates the payments it replays; a storm opens its connections, so that a
+// round times the server and not a thousand TCP handshakes.
+func (r *runner) prepare(ctx context.Context) error {
+	switch r.cfg.Scenario {
+	case Replay:
+		var handed atomic.Int64
+		r.warmup = r.pool(ctx, 0, func(w, seq int) (string, bool, bool) {
+			ok := handed.Add(1) <= int64(r.cfg.ReplayKeys)
+			return r.freshKey(w, seq), true, ok
+		})
+		if len(r.created) == 0 {
+			return errors.New("loadtest: no payment was created to replay; see the status counts of a new run")
+		}
+	case Storm:
+		return r.connect(ctx, r.cfg.StormSize)
 	}
-	recs, elapsed := r.pool(ctx, r.cfg.Duration, func(int, int) (string, bool, bool) {
-		return r.created[rand.IntN(len(r.created))], false, true // read-only now: no lock
-	})
-	return recs, elapsed, nil
+	return nil
+}
+
+// measure runs the measured phase between cfg.Started and cfg.Stopped, and
+// returns its wall time and this process's CPU time over it (0 if unknown).
+func (r *runner) measure(phase func()) (elapsed, cpu time.Duration) {
+	if r.cfg.Started != nil {
+		r.cfg.Started()
+	}
+	cpu0, err0 := processCPU(os.Getpid())
+	start := time.Now()
+	phase()
+	elapsed = time.Since(start)
+	cpu1, err1 := processCPU(os.Getpid())
+	if r.cfg.Stopped != nil {
+		r.cfg.Stopped()
+	}
+	if err0 != nil || err1 != nil {
+		return elapsed, 0
+	}
+	return elapsed, cpu1 - cpu0
 }
 
 // mixedKey picks the key of the next request of the mixed scenario.
@@ -269,15 +304,10 @@ func (r *runner) mixedKey(w, seq int) (string, bool, bool) {
 // storm sends cfg.StormSize requests on one key at the same instant, round
 // after round with a new key, until cfg.Duration has passed (at least one
 // round), and times each round until its last answer.
-func (r *runner) storm(ctx context.Context) ([]*recorder, time.Duration, *StormStats, error) {
+func (r *runner) storm(ctx context.Context) ([]*recorder, *StormStats) {
 	recs := make([]*recorder, r.cfg.StormSize)
 	for i := range recs {
 		recs[i] = newRecorder()
-	}
-	// Connections are opened first, so that a round times the server and not
-	// a thousand TCP handshakes.
-	if err := r.connect(ctx, len(recs)); err != nil {
-		return nil, 0, nil, err
 	}
 	st := &StormStats{Size: len(recs)}
 	start := time.Now()
@@ -300,7 +330,7 @@ func (r *runner) storm(ctx context.Context) ([]*recorder, time.Duration, *StormS
 		st.rounds = append(st.rounds, time.Since(begun))
 	}
 	st.summarize()
-	return recs, time.Since(start), st, nil
+	return recs, st
 }
 
 // connect opens n keep-alive connections to the server at once, by sending

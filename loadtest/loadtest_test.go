@@ -2,62 +2,29 @@ package loadtest_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/oncepaytest"
 	"github.com/oncepay/oncepay/loadtest"
 	"github.com/oncepay/oncepay/payment"
-	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/server"
-	"github.com/oncepay/oncepay/sqlitestore"
 )
 
-// oncepay is a running server: real SQLite files, the simulated provider,
-// real HTTP over a loopback socket.
-type oncepay struct {
-	URL string
-	DB  *sqlitestore.DB
-}
-
-func startServer(t *testing.T, auth bool) oncepay {
+// startServer serves a real oncepay (SQLite files, the simulated provider)
+// over a loopback socket and returns its URL and its environment.
+func startServer(t *testing.T, auth bool) (string, *oncepaytest.Env) {
 	t.Helper()
-	dir := t.TempDir()
-	db, err := sqlitestore.Open(context.Background(), filepath.Join(dir, "oncepay.db"), readSchema(t), sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sim.Open(filepath.Join(dir, "sim.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc := &payment.Service{Store: db, Provider: s, Log: log, Now: time.Now, ProviderTimeout: 5 * time.Second, Lease: 30 * time.Second}
-	cfg := server.Config{Payments: svc, Sim: s.Handler(), Log: log}
+	e := oncepaytest.Open(t, oncepaytest.Options{})
+	cfg := server.Config{Payments: e.Service, Sim: e.Sim.Handler(), Log: e.Log}
 	if auth {
-		cfg.Keys = db
+		cfg.Keys = e.DB
 	}
 	srv := httptest.NewServer(server.New(cfg))
-	t.Cleanup(func() {
-		srv.Close()
-		db.Close()
-		s.Close()
-	})
-	return oncepay{URL: srv.URL, DB: db}
-}
-
-func readSchema(t testing.TB) string {
-	t.Helper()
-	b, err := os.ReadFile("../schema.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	t.Cleanup(srv.Close)
+	return srv.URL, e
 }
 
 // smoke is a load short enough for go test -race: the invariants are
@@ -69,10 +36,10 @@ func smoke(url string, sc loadtest.Scenario) loadtest.Config {
 // Every scenario against a real server: no invariant violated, no 5xx, no
 // request without an answer, and every key it sent was charged.
 func TestScenariosSmoke(t *testing.T) {
-	srv := startServer(t, false)
+	url, _ := startServer(t, false)
 	for _, sc := range loadtest.Scenarios {
 		t.Run(string(sc), func(t *testing.T) {
-			rep, err := loadtest.Run(context.Background(), smoke(srv.URL, sc))
+			rep, err := loadtest.Run(context.Background(), smoke(url, sc))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,12 +66,12 @@ func TestScenariosSmoke(t *testing.T) {
 // scope, no 201 matches a ledger charge, which Check reports: the check is
 // not vacuous.
 func TestCheckFindsChargesByScope(t *testing.T) {
-	srv := startServer(t, true)
-	k, secret, err := srv.DB.CreateAPIKey(context.Background(), "bench", time.Now())
+	url, e := startServer(t, true)
+	k, secret, err := e.DB.CreateAPIKey(context.Background(), "bench", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := smoke(srv.URL, loadtest.Mixed)
+	cfg := smoke(url, loadtest.Mixed)
 	cfg.APIKey, cfg.Scope = secret, k.ID
 	rep, err := loadtest.Run(context.Background(), cfg)
 	if err != nil {
@@ -132,16 +99,12 @@ func TestCheckFindsChargesByScope(t *testing.T) {
 
 // The SQL ceiling claims and records through the store without error.
 func TestStoreCeiling(t *testing.T) {
-	db, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "c.db"), readSchema(t), sqlitestore.Options{})
+	e := oncepaytest.Open(t, oncepaytest.Options{})
+	c, err := loadtest.StoreCeiling(context.Background(), e.DB, 8, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	c, err := loadtest.StoreCeiling(context.Background(), db, 8, 200*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	counts, err := db.Counts(context.Background())
+	counts, err := e.DB.Counts(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

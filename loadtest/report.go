@@ -23,7 +23,8 @@ type Report struct {
 	Errors      int           // requests that got no answer
 	FirstError  error
 	Latency     Latencies
-	Storm       *StormStats // storm runs only
+	Storm       *StormStats   // storm runs only
+	ClientCPU   time.Duration // this process's CPU time in the measured phase (Linux); 0 if unknown
 
 	Keys    int  // idempotency keys sent, set up included
 	Charged int  // of those, keys the ledger holds a charge for; set by Check
@@ -165,6 +166,9 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "  latency   p50 %s  p95 %s  p99 %s  max %s\n",
 		ms(r.Latency.P50), ms(r.Latency.P95), ms(r.Latency.P99), ms(r.Latency.Max))
 	fmt.Fprintf(w, "  statuses  %s\n", r.statusLine())
+	if r.ClientCPU > 0 && r.Requests > 0 {
+		fmt.Fprintf(w, "  cpu       load tool %s, %s per request\n", r.ClientCPU.Round(time.Millisecond), micros(r.ClientCPU/time.Duration(r.Requests)))
+	}
 	if r.Errors > 0 {
 		fmt.Fprintf(w, "  errors    %d requests got no answer; the first: %v\n", r.Errors, r.FirstError)
 	}
@@ -209,6 +213,11 @@ func ms(d time.Duration) string {
 		return fmt.Sprintf("%.2fms", f)
 	}
 	return fmt.Sprintf("%.0fms", f)
+}
+
+// micros formats d in microseconds.
+func micros(d time.Duration) string {
+	return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
 }
 
 // thousands formats f, not negative, rounded and with thousands
