@@ -15,75 +15,32 @@ var _ payment.Store = (*DB)(nil)
 // Claim inserts a unless its (scope, idempotency_key) exists; the rows
 // affected decide ownership, never a read.
 func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err error) {
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `
-			INSERT OR IGNORE INTO payment_attempts
-				(scope, idempotency_key, id, request_hash, request, amount, currency,
-				 status, fence, lease_expires_at, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			a.Scope, a.Key, a.ID, a.RequestHash, a.Request, a.Amount, a.Currency,
-			a.Status, a.Fence, ms(a.LeaseExpiresAt), ms(a.CreatedAt), ms(a.UpdatedAt))
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		claimed = n == 1
-		return err
-	})
-	return claimed, err
+	n, err := db.exec(ctx, db.stmt.claim, nil,
+		a.Scope, a.Key, a.ID, a.RequestHash, a.Request, a.Amount, a.Currency,
+		a.Status, a.Fence, ms(a.LeaseExpiresAt), ms(a.CreatedAt), ms(a.UpdatedAt))
+	return n == 1, err
 }
 
 // TakeOver moves an abandoned attempt to a new owner: one guarded UPDATE, so
 // of two retries racing for it exactly one wins.
 func (db *DB) TakeOver(ctx context.Context, scope, key string, fence int64, now, leaseUntil time.Time) (newFence int64, ok bool, err error) {
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `
-			UPDATE payment_attempts
-			SET fence = fence + 1, lease_expires_at = ?, updated_at = ?
-			WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?
-			  AND (lease_expires_at IS NULL OR lease_expires_at <= ?)`,
-			ms(leaseUntil), ms(now), scope, key, fence, ms(now))
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		ok = n == 1
-		return err
-	})
-	return fence + 1, ok, err
+	n, err := db.exec(ctx, db.stmt.takeOver, nil, ms(leaseUntil), ms(now), scope, key, fence, ms(now))
+	return fence + 1, n == 1, err
 }
 
 // Record stores the final outcome, guarded by the owner's fence: a late
 // owner cannot overwrite what a takeover or reconcile wrote.
 func (db *DB) Record(ctx context.Context, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `
-			UPDATE payment_attempts
-			SET status = ?, response_status = ?, response_body = ?, charge_id = ?,
-			    failure_code = ?, lease_expires_at = NULL, updated_at = ?
-			WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?`,
-			o.Status, o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID),
-			nullString(o.FailureCode), ms(now), scope, key, fence)
-		if err != nil {
-			return err
-		}
-		crashpoint.Hit("in-record") // the update is written, not yet committed
-		n, err := res.RowsAffected()
-		ok = n == 1
-		return err
-	})
-	return ok, err
+	inRecord := func() { crashpoint.Hit("in-record") } // written, not yet committed
+	n, err := db.exec(ctx, db.stmt.record, inRecord, o.Status, o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID),
+		nullString(o.FailureCode), ms(now), scope, key, fence)
+	return n == 1, err
 }
 
 // Release drops the owner's lease so that a retry can take over at once.
 func (db *DB) Release(ctx context.Context, scope, key string, fence int64, now time.Time) error {
-	return db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `
-			UPDATE payment_attempts SET lease_expires_at = NULL, updated_at = ?
-			WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?`,
-			ms(now), scope, key, fence)
-		return err
-	})
+	_, err := db.exec(ctx, db.stmt.release, nil, ms(now), scope, key, fence)
+	return err
 }
 
 const attemptColumns = `scope, idempotency_key, id, request_hash, request, amount, currency,
@@ -93,8 +50,7 @@ const attemptColumns = `scope, idempotency_key, id, request_hash, request, amoun
 // Attempt returns the attempt for (scope, key). It reads from the read pool:
 // a replay never waits for the writer.
 func (db *DB) Attempt(ctx context.Context, scope, key string) (*payment.Attempt, error) {
-	return db.queryAttempt(ctx, `SELECT `+attemptColumns+` FROM payment_attempts
-		WHERE scope = ? AND idempotency_key = ?`, scope, key)
+	return attemptOrNotFound(scanAttempt(db.stmt.attempt.QueryRowContext(ctx, scope, key)))
 }
 
 // AttemptByID returns the attempt with payment id id, within scope only.
@@ -104,7 +60,10 @@ func (db *DB) AttemptByID(ctx context.Context, scope, id string) (*payment.Attem
 }
 
 func (db *DB) queryAttempt(ctx context.Context, query string, args ...any) (*payment.Attempt, error) {
-	a, err := scanAttempt(db.r.QueryRowContext(ctx, query, args...))
+	return attemptOrNotFound(scanAttempt(db.r.QueryRowContext(ctx, query, args...)))
+}
+
+func attemptOrNotFound(a *payment.Attempt, err error) (*payment.Attempt, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, payment.Errorf(payment.ENOTFOUND, "No such payment.")
 	}

@@ -9,10 +9,9 @@ import (
 	"fmt"
 	"net/url"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/groupcommit"
 	"github.com/oncepay/oncepay/payment"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -35,16 +34,10 @@ type Options struct {
 // DB is oncepay's SQLite database: one writer connection fed by a group
 // commit loop, and a pool of read-only connections.
 type DB struct {
-	w, r *sql.DB
-	dsn  string // the writer's, for Backup
-	opts Options
-
-	ops     chan *writeOp
-	commits atomic.Int64 // transactions the writer committed
-	writes  atomic.Int64 // writes those transactions held
-	quit    chan struct{}
-	stopped chan struct{}
-	once    sync.Once
+	w, r   *sql.DB
+	writer *groupcommit.Writer // the only writer on w
+	dsn    string              // the writer's, for Backup
+	stmt   statements
 }
 
 // ErrClosed is returned by writes after Close.
@@ -52,9 +45,6 @@ var ErrClosed = &payment.Error{Code: payment.EUNAVAILABLE, Message: "The service
 
 // Open opens (creating if needed) the database at path and applies schema.
 func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = 256
-	}
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 5 * time.Second
 	}
@@ -88,163 +78,46 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	r.SetMaxOpenConns(n)
 	r.SetMaxIdleConns(n)
 
-	db := &DB{w: w, r: r, dsn: path + "?" + wq, opts: opts, ops: make(chan *writeOp), quit: make(chan struct{}), stopped: make(chan struct{})}
-	go db.writer()
-	return db, nil
+	stmt, err := prepare(ctx, w, r)
+	if err != nil {
+		w.Close()
+		r.Close()
+		return nil, err
+	}
+	return &DB{w: w, r: r, dsn: path + "?" + wq, stmt: stmt,
+		writer: groupcommit.New(w, groupcommit.Options{MaxBatch: opts.MaxBatch, MaxWait: opts.MaxWait})}, nil
 }
 
 // Close finishes the writes already queued, then closes the database.
 func (db *DB) Close() error {
-	db.once.Do(func() { close(db.quit) })
-	<-db.stopped
+	db.writer.Close()
 	return errors.Join(db.w.Close(), db.r.Close())
 }
 
-// writeOp is one caller's write: it runs inside a shared transaction, under
-// its own savepoint, and learns its result only after the commit is durable.
-type writeOp struct {
-	fn   func(ctx context.Context, tx *sql.Tx) error
-	err  error
-	done chan struct{}
-}
-
-// write runs fn in the writer's next transaction and returns once that
-// transaction is committed (or has failed). fn's error fails only fn. ctx
-// bounds only the wait to be taken: fn runs under the batch's context, since
-// one caller's cancellation must not interrupt a transaction shared by others.
+// write runs fn in a shared transaction under its own savepoint; see
+// groupcommit.Writer.Write.
 func (db *DB) write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	op := &writeOp{fn: fn, done: make(chan struct{})}
-	select {
-	case db.ops <- op:
-	case <-db.quit:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	<-op.done // once handed over, the write may commit: wait to know.
-	return mapErr(op.err)
+	return mapErr(db.writer.Write(ctx, fn))
 }
 
-// writer is the only goroutine that writes. The channel is unbuffered, so
-// after quit no write can be handed over and lost.
-func (db *DB) writer() {
-	defer close(db.stopped)
-	for {
-		var first *writeOp
-		select {
-		case first = <-db.ops:
-		case <-db.quit:
-			return
-		}
-		db.commit(db.collect(first))
-	}
-}
-
-// collect gathers the writes waiting now (and, with MaxWait, shortly) into
-// one batch of at most MaxBatch.
-func (db *DB) collect(first *writeOp) []*writeOp {
-	batch := []*writeOp{first}
-	var deadline <-chan time.Time
-	if db.opts.MaxWait > 0 {
-		t := time.NewTimer(db.opts.MaxWait)
-		defer t.Stop()
-		deadline = t.C
-	}
-	for len(batch) < db.opts.MaxBatch {
-		if deadline == nil {
-			select {
-			case op := <-db.ops:
-				batch = append(batch, op)
-				continue
-			default:
-				return batch
-			}
-		}
-		select {
-		case op := <-db.ops:
-			batch = append(batch, op)
-		case <-deadline:
-			return batch
-		}
-	}
-	return batch
-}
-
-// commit runs a batch in one transaction. Each op gets a savepoint, so a
-// failed statement is undone alone; a failed BEGIN or COMMIT, or an error
-// that aborted the whole transaction (SQLite does so on a full disk), fails
-// them all: nobody is told of a write that did not commit.
-func (db *DB) commit(batch []*writeOp) {
-	defer func() {
-		for _, op := range batch {
-			close(op.done)
-		}
-	}()
-	ctx := context.Background()
-	tx, err := db.w.BeginTx(ctx, nil)
-	if err != nil {
-		failAll(batch, err)
-		return
-	}
-	defer tx.Rollback()
-	if len(batch) == 1 { // no savepoint needed: the transaction is the op's own
-		if batch[0].err = batch[0].fn(ctx, tx); batch[0].err != nil {
-			return
-		}
-	} else {
-		for _, op := range batch {
-			var broken bool
-			if broken, op.err = savepoint(ctx, tx, op.fn); broken {
-				failAll(batch, op.err)
-				return
-			}
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		failAll(batch, err)
-		return
-	}
-	db.commits.Add(1)
-	db.writes.Add(int64(len(batch)))
+// exec runs one prepared write statement in a shared transaction and
+// returns the rows it affected; then, if set, runs before the commit.
+func (db *DB) exec(ctx context.Context, stmt *sql.Stmt, then func(), args ...any) (int64, error) {
+	n, err := db.writer.Exec(ctx, stmt, then, args...)
+	return n, mapErr(err)
 }
 
 // WriteStats returns how many transactions the writer has committed and how
 // many writes they held: writes/commits is the mean group-commit batch.
-func (db *DB) WriteStats() (commits, writes int64) {
-	return db.commits.Load(), db.writes.Load()
-}
-
-// savepoint runs fn under a savepoint and undoes it if fn fails. broken
-// reports that the transaction itself is gone.
-func savepoint(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context, tx *sql.Tx) error) (broken bool, err error) {
-	if _, err := tx.ExecContext(ctx, `SAVEPOINT op`); err != nil {
-		return true, err
-	}
-	if err := fn(ctx, tx); err != nil {
-		if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO op`); rerr != nil {
-			return true, err
-		}
-		if _, rerr := tx.ExecContext(ctx, `RELEASE op`); rerr != nil {
-			return true, err
-		}
-		return false, err
-	}
-	if _, err := tx.ExecContext(ctx, `RELEASE op`); err != nil {
-		return true, err
-	}
-	return false, nil
-}
-
-func failAll(batch []*writeOp, err error) {
-	for _, op := range batch {
-		op.err = err
-	}
-}
+func (db *DB) WriteStats() (commits, writes int64) { return db.writer.Stats() }
 
 // mapErr turns what the environment causes (a busy or full database, an I/O
 // error) into EUNAVAILABLE, which clients see as 503 with Retry-After.
 // SQLite errors are matched by their primary result code.
 func mapErr(err error) error {
+	if errors.Is(err, groupcommit.ErrClosed) {
+		return ErrClosed
+	}
 	var se *sqlite.Error
 	if !errors.As(err, &se) {
 		return err

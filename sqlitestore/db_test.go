@@ -266,3 +266,37 @@ func TestBindProvider(t *testing.T) {
 		t.Errorf("back again = %v", err)
 	}
 }
+
+// Single-statement writes share transactions without savepoints: a failing
+// statement (here a CHECK violation) is undone alone by SQLite.
+func TestGroupCommitOneStatementFailsAlone(t *testing.T) {
+	ctx := context.Background()
+	db := MustOpen(t, Options{MaxWait: 20 * time.Millisecond})
+	for i := range 40 {
+		db.Claim(ctx, newAttempt(fmt.Sprint(i), t0, time.Minute))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 40)
+	for i := range errs {
+		wg.Go(func() {
+			status := payment.Succeeded
+			if i%4 == 0 {
+				status = "bogus" // violates the CHECK on status
+			}
+			_, errs[i] = db.Record(ctx, "s", fmt.Sprint(i), 1, payment.Outcome{Status: status, ResponseStatus: 201, ResponseBody: []byte("{}")}, t0)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if (err != nil) != (i%4 == 0) {
+			t.Errorf("record %d: err = %v, want an error only for the bogus ones", i, err)
+		}
+	}
+	counts, _ := db.Counts(ctx)
+	if counts[payment.Succeeded] != 30 || counts[payment.InProgress] != 10 {
+		t.Errorf("counts = %v, want 30 succeeded and the 10 bogus ones still in progress", counts)
+	}
+	if commits, writes := db.WriteStats(); commits >= writes {
+		t.Errorf("commits = %d for %d writes, want batches of more than one", commits, writes)
+	}
+}

@@ -5,6 +5,7 @@ package workshop
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -104,7 +105,7 @@ func (h *Handler) handleNaivePay(w http.ResponseWriter, r *http.Request) {
 	}
 	// Mistake: a fresh downstream key per call, so the provider charges each one.
 	c, err := h.Service.Provider.Charge(ctx, payment.ChargeRequest{
-		IdempotencyKey: NaiveKeyPrefix(key) + payment.NewPaymentID()[4:12],
+		IdempotencyKey: NaiveKeyPrefix(key) + rand.Text()[:8],
 		Amount:         req.Amount, Currency: req.Currency, Source: req.Source, Description: req.Description,
 	})
 	if d, declined := payment.IsDecline(err); declined {

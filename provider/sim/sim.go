@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/groupcommit"
 	"github.com/oncepay/oncepay/payment"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -44,8 +45,13 @@ var (
 // Sim is the simulated provider. It implements payment.Provider and is safe
 // for concurrent use.
 type Sim struct {
-	db     *sql.DB // the one writer connection
-	read   *sql.DB // readers; WAL lets them run beside the writer
+	db   *sql.DB // the one writer connection
+	read *sql.DB // readers; WAL lets them run beside the writer
+	// writer batches concurrent charges into shared transactions, as
+	// oncepay's store does: one WAL append for many charges.
+	writer *groupcommit.Writer
+	insert *sql.Stmt
+	byKeyQ *sql.Stmt
 	faults atomic.Pointer[Faults]
 }
 
@@ -81,12 +87,27 @@ func Open(path string) (*Sim, error) {
 		return nil, fmt.Errorf("sim: open ledger: %w", err)
 	}
 	s := &Sim{db: db, read: read}
+	// Parsed once: every charge and lookup runs one of these.
+	if s.insert, err = db.Prepare(`INSERT OR IGNORE INTO sim_charges
+		(idempotency_key, id, amount, currency, source, description, params_hash, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`); err == nil {
+		s.byKeyQ, err = read.Prepare(`SELECT id, amount, currency, params_hash, created_at
+			FROM sim_charges WHERE idempotency_key = ?`)
+	}
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sim: prepare: %w", err)
+	}
+	s.writer = groupcommit.New(db, groupcommit.Options{})
 	s.faults.Store(&Faults{})
 	return s, nil
 }
 
 // Close closes the ledger.
 func (s *Sim) Close() error {
+	if s.writer != nil {
+		s.writer.Close()
+	}
 	return errors.Join(s.read.Close(), s.db.Close())
 }
 
@@ -124,14 +145,8 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 		CreatedAt: time.UnixMilli(time.Now().UnixMilli()).UTC(),
 	}
 	// The primary key decides who charges; a read first would race.
-	res, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO sim_charges
-		(idempotency_key, id, amount, currency, source, description, params_hash, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+	n, err := s.writer.Exec(ctx, s.insert, nil,
 		c.IdempotencyKey, c.ID, c.Amount, c.Currency, req.Source, req.Description, hash, c.CreatedAt.UnixMilli())
-	if err != nil {
-		return payment.Charge{}, fmt.Errorf("sim: record charge: %w", err)
-	}
-	n, err := res.RowsAffected()
 	if err != nil {
 		return payment.Charge{}, fmt.Errorf("sim: record charge: %w", err)
 	}
@@ -200,8 +215,7 @@ func (s *Sim) byKey(ctx context.Context, key string) (payment.Charge, string, er
 	c := payment.Charge{IdempotencyKey: key}
 	var hash string
 	var ms int64
-	err := s.read.QueryRowContext(ctx, `SELECT id, amount, currency, params_hash, created_at
-		FROM sim_charges WHERE idempotency_key = ?`, key).Scan(&c.ID, &c.Amount, &c.Currency, &hash, &ms)
+	err := s.byKeyQ.QueryRowContext(ctx, key).Scan(&c.ID, &c.Amount, &c.Currency, &hash, &ms)
 	if err != nil {
 		return payment.Charge{}, "", fmt.Errorf("sim: read charge: %w", err)
 	}

@@ -1,0 +1,253 @@
+// Package groupcommit batches the writes of concurrent callers into shared
+// SQLite transactions: one goroutine takes every write waiting at that
+// moment, runs them in one transaction, commits (and so syncs) once, then
+// answers each. Each caller still learns from its own statement what it
+// did, nobody is answered before the commit holding their write, and a
+// failed statement fails only its own write.
+package groupcommit
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Options bound a batch.
+type Options struct {
+	// MaxBatch caps how many writes share one transaction. 1 commits every
+	// write on its own. Default 256.
+	MaxBatch int
+	// MaxWait is how long the writer waits for more writes to join a batch
+	// that is not full. Default 0: a batch is whatever queued up while the
+	// previous commit was syncing, which adds no latency when idle.
+	MaxWait time.Duration
+}
+
+// ErrClosed is returned by writes after Close.
+var ErrClosed = errors.New("groupcommit: closed")
+
+// Writer owns a database's writing: db should have one connection, which
+// only the Writer uses for writes.
+type Writer struct {
+	db      *sql.DB
+	opts    Options
+	ops     chan *writeOp
+	commits atomic.Int64 // transactions committed
+	writes  atomic.Int64 // writes those transactions held
+	quit    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+}
+
+// New starts the writer of db.
+func New(db *sql.DB, opts Options) *Writer {
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 256
+	}
+	w := &Writer{db: db, opts: opts, ops: make(chan *writeOp), quit: make(chan struct{}), stopped: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+// Close finishes the writes already handed over and stops the writer; later
+// writes get ErrClosed. It does not close db.
+func (w *Writer) Close() {
+	w.once.Do(func() { close(w.quit) })
+	<-w.stopped
+}
+
+// writeOp is one caller's write: it runs inside a shared transaction and
+// learns its result only after the commit is durable.
+type writeOp struct {
+	fn func(ctx context.Context, tx *sql.Tx) error
+	// oneStatement ops need no savepoint: SQLite undoes a failed statement
+	// by itself, leaving the transaction and the other ops' writes whole.
+	oneStatement bool
+	err          error
+	done         chan struct{}
+}
+
+// Write runs fn in the writer's next transaction, under a savepoint of its
+// own, and returns once that transaction is committed (or has failed). fn's
+// error fails only fn. ctx bounds only the wait to be taken: fn runs under
+// the batch's context, since one caller's cancellation must not interrupt a
+// transaction shared by others.
+func (w *Writer) Write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return w.submit(ctx, &writeOp{fn: fn})
+}
+
+// Exec runs one prepared statement as a write, as Write does, and returns
+// the rows it affected; then, if not nil, is called after the statement has
+// run and before its transaction commits. Most writes are one statement,
+// and skipping their savepoint saves the writer two statements each.
+func (w *Writer) Exec(ctx context.Context, stmt *sql.Stmt, then func(), args ...any) (affected int64, err error) {
+	err = w.submit(ctx, &writeOp{oneStatement: true, fn: func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		if then != nil {
+			then()
+		}
+		affected, err = res.RowsAffected()
+		return err
+	}})
+	return affected, err
+}
+
+func (w *Writer) submit(ctx context.Context, op *writeOp) error {
+	op.done = make(chan struct{})
+	select {
+	case w.ops <- op:
+	case <-w.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-op.done // once handed over, the write may commit: wait to know.
+	return op.err
+}
+
+// run is the only goroutine that writes. The channel is unbuffered, so
+// after quit no write can be handed over and lost.
+func (w *Writer) run() {
+	defer close(w.stopped)
+	for {
+		var first *writeOp
+		select {
+		case first = <-w.ops:
+		case <-w.quit:
+			return
+		}
+		w.commit(w.collect(first))
+	}
+}
+
+// collect gathers the writes waiting now (and, with MaxWait, shortly) into
+// one batch of at most MaxBatch.
+func (w *Writer) collect(first *writeOp) []*writeOp {
+	batch := []*writeOp{first}
+	var deadline <-chan time.Time
+	if w.opts.MaxWait > 0 {
+		t := time.NewTimer(w.opts.MaxWait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for len(batch) < w.opts.MaxBatch {
+		if deadline == nil {
+			select {
+			case op := <-w.ops:
+				batch = append(batch, op)
+				continue
+			default:
+				return batch
+			}
+		}
+		select {
+		case op := <-w.ops:
+			batch = append(batch, op)
+		case <-deadline:
+			return batch
+		}
+	}
+	return batch
+}
+
+// commit runs a batch in one transaction. A failed op is undone alone (by
+// its savepoint, or by SQLite for one statement); a failed BEGIN or COMMIT,
+// or an error that may have aborted the whole transaction (SQLite does so
+// on a full disk), fails them all: nobody is told of a write that did not
+// commit.
+func (w *Writer) commit(batch []*writeOp) {
+	defer func() {
+		for _, op := range batch {
+			close(op.done)
+		}
+	}()
+	ctx := context.Background()
+	tx, err := w.db.BeginTx(ctx, nil)
+	if err != nil {
+		failAll(batch, err)
+		return
+	}
+	defer tx.Rollback()
+	if len(batch) == 1 { // no savepoint needed: the transaction is the op's own
+		if batch[0].err = batch[0].fn(ctx, tx); batch[0].err != nil {
+			return
+		}
+	} else {
+		for _, op := range batch {
+			var broken bool
+			if op.oneStatement {
+				op.err = op.fn(ctx, tx)
+				broken = op.err != nil && !statementOnly(op.err)
+			} else {
+				broken, op.err = savepoint(ctx, tx, op.fn)
+			}
+			if broken {
+				failAll(batch, op.err)
+				return
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		failAll(batch, err)
+		return
+	}
+	w.commits.Add(1)
+	w.writes.Add(int64(len(batch)))
+}
+
+// Stats returns how many transactions the writer has committed and how many
+// writes they held: writes/commits is the mean batch.
+func (w *Writer) Stats() (commits, writes int64) {
+	return w.commits.Load(), w.writes.Load()
+}
+
+// savepoint runs fn under a savepoint and undoes it if fn fails. broken
+// reports that the transaction itself is gone.
+func savepoint(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context, tx *sql.Tx) error) (broken bool, err error) {
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT op`); err != nil {
+		return true, err
+	}
+	if err := fn(ctx, tx); err != nil {
+		if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO op`); rerr != nil {
+			return true, err
+		}
+		if _, rerr := tx.ExecContext(ctx, `RELEASE op`); rerr != nil {
+			return true, err
+		}
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, `RELEASE op`); err != nil {
+		return true, err
+	}
+	return false, nil
+}
+
+// statementOnly reports whether a failed statement left its transaction
+// intact: a constraint or a datatype error is undone with the statement;
+// anything else (a full disk, an I/O error) may have rolled it all back.
+func statementOnly(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_RANGE:
+		return true
+	}
+	return false
+}
+
+func failAll(batch []*writeOp, err error) {
+	for _, op := range batch {
+		op.err = err
+	}
+}

@@ -1,0 +1,64 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// The hot statements, parsed once at Open: the driver keeps no statement
+// cache, and parsing was an eighth of a payment's CPU.
+const (
+	claimSQL = `INSERT OR IGNORE INTO payment_attempts
+		(scope, idempotency_key, id, request_hash, request, amount, currency,
+		 status, fence, lease_expires_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+	// takeOverSQL moves an abandoned attempt to a new owner: of two racing
+	// for it, exactly one matches.
+	takeOverSQL = `UPDATE payment_attempts
+		SET fence = fence + 1, lease_expires_at = ?, updated_at = ?
+		WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?
+		  AND (lease_expires_at IS NULL OR lease_expires_at <= ?)`
+
+	// recordSQL is guarded by the owner's fence.
+	recordSQL = `UPDATE payment_attempts
+		SET status = ?, response_status = ?, response_body = ?, charge_id = ?,
+		    failure_code = ?, lease_expires_at = NULL, updated_at = ?
+		WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?`
+
+	releaseSQL = `UPDATE payment_attempts SET lease_expires_at = NULL, updated_at = ?
+		WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?`
+
+	attemptSQL = `SELECT ` + attemptColumns + ` FROM payment_attempts
+		WHERE scope = ? AND idempotency_key = ?`
+)
+
+// statements are prepared on the writer's one connection (before the
+// writer goroutine holds it in a transaction) and on the read pool.
+type statements struct {
+	claim, takeOver, record, release *sql.Stmt // writer
+	attempt                          *sql.Stmt // readers
+}
+
+func prepare(ctx context.Context, w, r *sql.DB) (statements, error) {
+	var s statements
+	for _, p := range []struct {
+		db    *sql.DB
+		query string
+		stmt  **sql.Stmt
+	}{
+		{w, claimSQL, &s.claim},
+		{w, takeOverSQL, &s.takeOver},
+		{w, recordSQL, &s.record},
+		{w, releaseSQL, &s.release},
+		{r, attemptSQL, &s.attempt},
+	} {
+		stmt, err := p.db.PrepareContext(ctx, p.query)
+		if err != nil {
+			return s, fmt.Errorf("prepare %.40q: %w", p.query, err)
+		}
+		*p.stmt = stmt
+	}
+	return s, nil
+}
