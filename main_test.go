@@ -124,10 +124,51 @@ func TestServeTakenPort(t *testing.T) {
 	}
 }
 
-func TestLeaseMustExceedProviderTimeout(t *testing.T) {
-	err := run(context.Background(), []string{"serve", "--lease", "5s", "--provider-timeout", "10s"}, env(nil), io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "--lease") {
-		t.Errorf("run = %v, want a --lease error", err)
+// provider-timeout < lease < stale-after, or serve refuses to start.
+func TestTimeoutsMustNest(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lease", "5s", "--provider-timeout", "10s"}, "--lease"},
+		{[]string{"--lease", "10s", "--provider-timeout", "10s"}, "--lease"},
+		{[]string{"--lease", "1m", "--stale-after", "30s"}, "--stale-after"},
+	} {
+		err := run(context.Background(), append([]string{"serve", "--db", filepath.Join(t.TempDir(), "s.db")}, tt.args...), env(nil), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("serve %v = %v, want a %s error", tt.args, err, tt.want)
+		}
+	}
+}
+
+// serve on the simulated provider says loudly that no real money moves.
+func TestServeWarnsOfSimulatedProvider(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "s.db")}, env(nil), io.Discard, pw)
+		pw.Close()
+	}()
+	var logs strings.Builder
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		logs.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), `"msg":"listening"`) {
+			break
+		}
+	}
+	cancel()
+	go io.Copy(io.Discard, pr)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "SIMULATED PROVIDER: no real money moves") || !strings.Contains(logs.String(), `"level":"WARN"`) {
+		t.Errorf("serve logs lack the simulated-provider warning:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "admin page closed") {
+		t.Errorf("serve logs do not say how to open the admin page:\n%s", logs.String())
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -299,5 +300,34 @@ func TestTakeOverAbandonedClaim(t *testing.T) {
 				t.Errorf("payment id = %s, want the claimed %s", got, dead.ID)
 			}
 		})
+	}
+}
+
+// A client that hangs up mid-charge does not abandon the charge: it is
+// recorded, and the client's retry gets it.
+func TestClientHangsUpMidCharge(t *testing.T) {
+	e := newEnv(t, envOptions{faults: sim.Faults{Latency: 300 * time.Millisecond}})
+	impatient := &http.Client{Timeout: 50 * time.Millisecond}
+	req, _ := http.NewRequest("POST", e.Server.URL+"/v1/payments", strings.NewReader(visa))
+	req.Header.Set("Idempotency-Key", "hangs-up")
+	req.Header.Set("Content-Type", "application/json")
+	if _, err := impatient.Do(req); err == nil {
+		t.Fatal("the impatient client got an answer; want it to give up first")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a, err := e.DB.Attempt(context.Background(), "demo", "hangs-up")
+		if err == nil && a.Status == payment.Succeeded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("attempt = %+v, %v; want it succeeded after the client left", a, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := e.pay("hangs-up", visa)
+	charges := e.ledger()[payment.DownstreamKey("demo", "hangs-up")]
+	if r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" || len(charges) != 1 || r.payment(t).ChargeID != charges[0].ID {
+		t.Errorf("retry = %d %s with ledger %v, want the replayed 201 of the one charge", r.Status, r.Body, charges)
 	}
 }
