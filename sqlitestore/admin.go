@@ -34,7 +34,7 @@ func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]paym
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	query += ` ORDER BY a.created_at DESC, a.id LIMIT ? OFFSET ?`
+	query += ` ORDER BY a.id DESC LIMIT ? OFFSET ?` // ids lead with the time
 	return queryAll(ctx, db.r, scanListed, query, append(args, f.Limit, f.Offset)...)
 }
 
