@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
     PRIMARY KEY (scope, idempotency_key)
 );
 
--- Reconcile finds stale in-progress rows; purge finds old final rows.
+-- Reconcile finds in-progress rows untouched for stale-after; purge finds
+-- final rows past the retention. Both by (status, updated_at).
 CREATE INDEX IF NOT EXISTS payment_attempts_status_updated
     ON payment_attempts (status, updated_at);
 

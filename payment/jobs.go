@@ -61,8 +61,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ReconcileResult, error) {
 	return res, nil
 }
 
-// ReconcileOne settles one attempt now if it is stale (in progress, older
-// than StaleAfter, no live lease): what the admin page's button does. It
+// ReconcileOne settles one attempt now if it is stale (Attempt.Stale): what
+// the admin page's button does. It
 // returns the attempt as it stands afterwards.
 func (r *Reconciler) ReconcileOne(ctx context.Context, scope, key string) (*Attempt, error) {
 	a, err := r.Store.Attempt(ctx, scope, key)
@@ -70,8 +70,8 @@ func (r *Reconciler) ReconcileOne(ctx context.Context, scope, key string) (*Atte
 		return nil, err
 	}
 	now := r.Now()
-	if a.Status != InProgress || a.LeaseLive(now) || a.CreatedAt.After(now.Add(-r.StaleAfter)) {
-		return nil, Errorf(EINVALID, "Only an attempt in progress for over %s with no live lease can be reconciled.", r.StaleAfter)
+	if !a.Stale(now, r.StaleAfter) {
+		return nil, Errorf(EINVALID, "Only an attempt in progress, untouched for %s and with no live lease, can be reconciled.", r.StaleAfter)
 	}
 	if _, err := r.settle(ctx, *a); err != nil {
 		return nil, err
@@ -91,7 +91,9 @@ func (r *Reconciler) settle(ctx context.Context, a Attempt) (Status, error) {
 	c, found, err := r.lookup(ctx, DownstreamKey(a.Scope, a.Key))
 	if err != nil {
 		r.Log.Warn("reconcile: provider lookup failed; left for the next run", "payment_id", a.ID, "err", err)
-		return InProgress, r.Store.Release(ctx, a.Scope, a.Key, a.Fence, r.Now())
+		// Reconcile moved no money: the attempt keeps its old update time, so
+		// it is as stale as before and the next run tries again.
+		return InProgress, r.Store.Release(ctx, a.Scope, a.Key, a.Fence, a.UpdatedAt)
 	}
 	o := NotCompletedOutcome(a)
 	if found {

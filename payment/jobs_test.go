@@ -221,3 +221,29 @@ func TestPurge(t *testing.T) {
 		t.Errorf("in progress after a long time = %d, want 1: purge never deletes those", counts[payment.InProgress])
 	}
 }
+
+// Staleness runs from the last update, not from creation: an old attempt
+// that a retry took over a minute ago (its charge may still be in flight at
+// the provider) is not settled until it has been untouched for stale-after.
+func TestReconcileWaitsAfterATakeover(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	a := f.abandon(t, "k", false)
+	f.clock.Add(10 * time.Minute)
+	now := f.clock.Now()
+	fence, ok, err := f.DB.TakeOver(ctx, "demo", "k", a.Fence, now, now.Add(f.Service.Lease))
+	if !ok || err != nil {
+		t.Fatalf("TakeOver = %v, %v", ok, err)
+	}
+	if err := f.DB.Release(ctx, "demo", "k", fence, now); err != nil { // its charge's outcome was lost
+		t.Fatal(err)
+	}
+	f.clock.Add(time.Minute)
+	if res, err := f.Reconciler.RunOnce(ctx); err != nil || res.Checked != 0 {
+		t.Fatalf("RunOnce a minute after the takeover = %+v, %v; want nothing touched", res, err)
+	}
+	f.clock.Add(5 * time.Minute)
+	if res, err := f.Reconciler.RunOnce(ctx); err != nil || res.Failed != 1 {
+		t.Errorf("RunOnce once untouched for stale-after = %+v, %v; want it settled", res, err)
+	}
+}

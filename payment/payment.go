@@ -47,6 +47,14 @@ func (a *Attempt) LeaseLive(now time.Time) bool {
 	return a.Status == InProgress && a.LeaseExpiresAt.After(now)
 }
 
+// Stale reports whether reconcile may settle the attempt at now: in
+// progress, no live lease, and untouched for staleAfter. Measured from the
+// last update (a claim, a takeover, a release), not from creation: a retry
+// that took the attempt over a minute ago may still have a charge in flight.
+func (a *Attempt) Stale(now time.Time, staleAfter time.Duration) bool {
+	return a.Status == InProgress && !a.LeaseLive(now) && !a.UpdatedAt.After(now.Add(-staleAfter))
+}
+
 // Outcome is the final result an owner records.
 type Outcome struct {
 	Status         Status
@@ -80,9 +88,10 @@ type Store interface {
 	// once. It does nothing if fence no longer owns the attempt.
 	Release(ctx context.Context, scope, key string, fence int64, now time.Time) error
 
-	// Stale returns up to limit attempts in progress created at or before
-	// createdBefore with no live lease at now, oldest first.
-	Stale(ctx context.Context, createdBefore, now time.Time, limit int) ([]Attempt, error)
+	// Stale returns up to limit attempts in progress, last updated at or
+	// before updatedBefore, with no live lease at now, oldest first: those
+	// Attempt.Stale reports.
+	Stale(ctx context.Context, updatedBefore, now time.Time, limit int) ([]Attempt, error)
 
 	// Purge deletes up to limit final attempts last updated before before,
 	// never one in progress, and returns how many.
@@ -122,6 +131,8 @@ type ListedAttempt struct {
 type AdminStore interface {
 	ListAttempts(ctx context.Context, f AttemptFilter) ([]ListedAttempt, error)
 	Counts(ctx context.Context) (map[Status]int, error)
+	// CountStale counts the attempts Store.Stale would return, unlimited.
+	CountStale(ctx context.Context, updatedBefore, now time.Time) (int, error)
 	// AttemptByPaymentID finds an attempt by payment id in any scope.
 	AttemptByPaymentID(ctx context.Context, id string) (*ListedAttempt, error)
 }

@@ -94,10 +94,9 @@ type attemptRow struct {
 }
 
 func (s *server) row(a payment.ListedAttempt, now time.Time) attemptRow {
-	stale := a.Status == payment.InProgress && !a.LeaseLive(now) && !a.CreatedAt.After(now.Add(-s.Admin.Reconciler.StaleAfter))
 	return attemptRow{
 		ListedAttempt: a,
-		Stale:         stale,
+		Stale:         a.Stale(now, s.Admin.Reconciler.StaleAfter),
 		Age:           age(now.Sub(a.CreatedAt)),
 		AmountText:    formatAmount(a.Amount, a.Currency),
 		StatusText:    map[payment.Status]string{payment.InProgress: "in progress", payment.Succeeded: "succeeded", payment.Failed: "failed"}[a.Status],
@@ -186,13 +185,13 @@ func (s *server) handleAdminList(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	stale, err := s.Admin.Reconciler.Store.Stale(r.Context(), now.Add(-s.Admin.Reconciler.StaleAfter), now, s.Admin.Reconciler.Limit)
+	stale, err := s.Admin.Store.CountStale(r.Context(), now.Add(-s.Admin.Reconciler.StaleAfter), now)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	p := attemptsPage{
-		pageBase: s.pageBase(now), StaleCount: len(stale),
+		pageBase: s.pageBase(now), StaleCount: stale,
 		Counts: map[string]int{string(payment.InProgress): 0, string(payment.Succeeded): 0, string(payment.Failed): 0},
 		Status: string(f.Status), Search: f.Search, From: f.Offset + 1, To: f.Offset + len(list),
 	}

@@ -18,14 +18,14 @@ func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err 
 	n, err := db.exec(ctx, db.stmt.claim, nil,
 		a.Scope, a.Key, a.ID, a.RequestHash, a.Request, a.Amount, a.Currency,
 		a.Status, a.Fence, ms(a.LeaseExpiresAt), ms(a.CreatedAt), ms(a.UpdatedAt))
-	return n == 1, err
+	return n == 1 && err == nil, err
 }
 
 // TakeOver moves an abandoned attempt to a new owner: one guarded UPDATE, so
 // of two retries racing for it exactly one wins.
 func (db *DB) TakeOver(ctx context.Context, scope, key string, fence int64, now, leaseUntil time.Time) (newFence int64, ok bool, err error) {
 	n, err := db.exec(ctx, db.stmt.takeOver, nil, ms(leaseUntil), ms(now), scope, key, fence, ms(now))
-	return fence + 1, n == 1, err
+	return fence + 1, n == 1 && err == nil, err
 }
 
 // Record stores the final outcome, guarded by the owner's fence: a late
@@ -34,7 +34,7 @@ func (db *DB) Record(ctx context.Context, scope, key string, fence int64, o paym
 	inRecord := func() { crashpoint.Hit("in-record") } // written, not yet committed
 	n, err := db.exec(ctx, db.stmt.record, inRecord, o.Status, o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID),
 		nullString(o.FailureCode), ms(now), scope, key, fence)
-	return n == 1, err
+	return n == 1 && err == nil, err
 }
 
 // Release drops the owner's lease so that a retry can take over at once.
@@ -136,13 +136,22 @@ func (db *DB) Counts(ctx context.Context) (map[payment.Status]int, error) {
 	return counts, mapErr(rows.Err())
 }
 
-// Stale returns up to limit attempts still in progress that were created at
-// or before createdBefore and hold no live lease at now, oldest first.
-func (db *DB) Stale(ctx context.Context, createdBefore, now time.Time, limit int) ([]payment.Attempt, error) {
+// Stale returns up to limit attempts still in progress, last updated at or
+// before updatedBefore, holding no live lease at now, oldest first.
+func (db *DB) Stale(ctx context.Context, updatedBefore, now time.Time, limit int) ([]payment.Attempt, error) {
 	return queryAll(ctx, db.r, scanAttempt, `SELECT `+attemptColumns+` FROM payment_attempts
-		WHERE status = 'in_progress' AND created_at <= ?
+		WHERE status = 'in_progress' AND updated_at <= ?
 		  AND (lease_expires_at IS NULL OR lease_expires_at <= ?)
-		ORDER BY created_at LIMIT ?`, ms(createdBefore), ms(now), limit)
+		ORDER BY updated_at LIMIT ?`, ms(updatedBefore), ms(now), limit)
+}
+
+// CountStale counts what Stale would return without a limit.
+func (db *DB) CountStale(ctx context.Context, updatedBefore, now time.Time) (int, error) {
+	var n int
+	err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM payment_attempts
+		WHERE status = 'in_progress' AND updated_at <= ?
+		  AND (lease_expires_at IS NULL OR lease_expires_at <= ?)`, ms(updatedBefore), ms(now)).Scan(&n)
+	return n, mapErr(err)
 }
 
 // Purge deletes up to limit final attempts last updated before before and
