@@ -96,7 +96,10 @@ func (r *Reconciler) settle(ctx context.Context, a Attempt) (Status, error) {
 		return InProgress, r.Store.Release(ctx, a.Scope, a.Key, a.Fence, a.UpdatedAt)
 	}
 	o := NotCompletedOutcome(a)
-	if found {
+	switch {
+	case found && !c.matches(a):
+		o = providerKeyReusedOutcome(a)
+	case found:
 		o = SucceededOutcome(a, c)
 	}
 	ok, err = r.Store.Record(ctx, a.Scope, a.Key, a.Fence, o, r.Now())

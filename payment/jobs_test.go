@@ -247,3 +247,48 @@ func TestReconcileWaitsAfterATakeover(t *testing.T) {
 		t.Errorf("RunOnce once untouched for stale-after = %+v, %v; want it settled", res, err)
 	}
 }
+
+// A key reused after the retention, with another body, is not charged under
+// the provider's memory of the old payment, nor reported as it: the
+// provider's "key reused" is a final 409.
+func TestKeyReusedAfterRetention(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	first, err := f.Service.Pay(ctx, "demo", "k", payment.Request{Amount: 100, Currency: "EUR", Source: "tok_visa"})
+	if err != nil || first.Status != 201 {
+		t.Fatalf("first = %d, %v", first.Status, err)
+	}
+	f.clock.Add(25 * time.Hour)
+	if res, err := (&payment.Purger{Store: f.DB, Now: f.clock.Now, Retention: 24 * time.Hour, BatchSize: 10}).RunOnce(ctx); err != nil || res.Deleted != 1 {
+		t.Fatalf("purge = %+v, %v", res, err)
+	}
+	again, err := f.Service.Pay(ctx, "demo", "k", payment.Request{Amount: 5000, Currency: "EUR", Source: "tok_visa"})
+	var p payment.Problem
+	json.Unmarshal(again.Body, &p)
+	if err != nil || again.Status != 409 || p.Type != payment.ProblemKeyReused {
+		t.Fatalf("reused key, other body = %d %s, %v; want the stored 409 key reused", again.Status, again.Body, err)
+	}
+	if charges, _ := f.Sim.Charges(ctx); len(charges) != 1 || charges[0].Amount != 100 {
+		t.Errorf("ledger = %+v, want only the first 100", charges)
+	}
+}
+
+// A charge found by key for another amount is another payment's: reconcile
+// does not report it as this one's.
+func TestReconcileIgnoresAnotherPaymentsCharge(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	a := f.abandon(t, "k", false)
+	if _, err := f.Sim.Charge(ctx, payment.ChargeRequest{IdempotencyKey: payment.DownstreamKey("demo", "k"),
+		Amount: a.Amount + 1, Currency: a.Currency, Source: "tok_visa"}); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Add(10 * time.Minute)
+	if _, err := f.Reconciler.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := f.attempt(t, "k")
+	if got.Status != payment.Failed || got.ResponseStatus != 409 || got.ChargeID != "" {
+		t.Errorf("attempt = %s %d %q, want failed 409 with no charge", got.Status, got.ResponseStatus, got.ChargeID)
+	}
+}

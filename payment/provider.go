@@ -12,9 +12,10 @@ import (
 // dedupes on the same identity oncepay does.
 type Provider interface {
 	// Charge moves money once per key. The same key with the same parameters
-	// returns the same charge; the same key with other parameters is an error.
-	// A *DeclineError is a definitive answer (nothing was charged); any other
-	// error means the outcome is unknown.
+	// returns the same charge; the same key with other parameters is an error
+	// wrapping ErrProviderKeyReused. That and a *DeclineError are definitive
+	// answers (nothing was charged); any other error means the outcome is
+	// unknown.
 	Charge(ctx context.Context, req ChargeRequest) (Charge, error)
 
 	// Lookup asks whether a charge exists for key. found is false when the
@@ -32,6 +33,13 @@ type ChargeRequest struct {
 	Description    string
 }
 
+// ErrProviderKeyReused is a provider's definitive answer that the
+// downstream key already names another payment (other amount, currency or
+// source): nothing new was charged, and asking again changes nothing. It
+// happens when a client reuses an Idempotency-Key that oncepay forgot after
+// the retention but the provider still remembers.
+var ErrProviderKeyReused = errors.New("the provider's idempotency key names another payment")
+
 // Charge is the provider's record of money moved.
 type Charge struct {
 	ID             string    `json:"id"`
@@ -39,6 +47,12 @@ type Charge struct {
 	Amount         int64     `json:"amount"`
 	Currency       string    `json:"currency"`
 	CreatedAt      time.Time `json:"created_at"`
+}
+
+// matches reports whether c is the charge a asked for: a charge found under
+// a's downstream key for another amount or currency is another payment's.
+func (c Charge) matches(a Attempt) bool {
+	return c.Amount == a.Amount && c.Currency == a.Currency
 }
 
 // DeclineError is a provider's definitive refusal: nothing was charged, and

@@ -131,6 +131,18 @@ func declinedOutcome(a Attempt, d *DeclineError) Outcome {
 	return Outcome{Status: Failed, ResponseStatus: 402, ResponseBody: p.Body(), FailureCode: d.Code}
 }
 
+// providerKeyReusedOutcome is what an owner records when the provider
+// holds this key for another payment: final, nothing charged, a new key
+// is needed.
+func providerKeyReusedOutcome(a Attempt) Outcome {
+	p := Problem{
+		Type: ProblemKeyReused, Title: "Idempotency-Key reused", Status: 409,
+		Detail:    "The payment provider already holds this Idempotency-Key for a different payment (it was used before, and forgotten here after the retention). Nothing was charged. Use a new key for a new payment.",
+		PaymentID: a.ID,
+	}
+	return Outcome{Status: Failed, ResponseStatus: 409, ResponseBody: p.Body(), FailureCode: "provider_key_reused"}
+}
+
 // NotCompletedOutcome is what reconcile records when the provider never
 // charged an abandoned attempt: final, so this key is spent.
 func NotCompletedOutcome(a Attempt) Outcome {

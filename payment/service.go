@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -117,17 +118,22 @@ func (s *Service) charge(ctx context.Context, a Attempt, req Request, lookupFirs
 			Source: req.Source, Description: req.Description,
 		})
 	}
+	d, declined := IsDecline(err)
 	var o Outcome
-	if d, declined := IsDecline(err); declined {
+	switch {
+	case declined:
 		o = declinedOutcome(a, d)
-	} else if err != nil {
+	case errors.Is(err, ErrProviderKeyReused), err == nil && !c.matches(a):
+		s.Log.Warn("provider holds this key for another payment", "payment_id", a.ID)
+		o = providerKeyReusedOutcome(a)
+	case err != nil:
 		s.Log.Warn("provider outcome unknown", "payment_id", a.ID, "err", err)
 		// Not stored: the retry (same key) takes over at once and asks the provider.
 		if rerr := s.Store.Release(ctx, a.Scope, a.Key, a.Fence, s.Now()); rerr != nil {
 			s.Log.Error("release lease", "payment_id", a.ID, "err", rerr)
 		}
 		return Result{}, Errorf(EOUTCOMEUNKNOWN, "The payment provider's answer was lost; the payment may or may not have been charged. Retry with the same Idempotency-Key to learn the outcome.")
-	} else {
+	default:
 		o = SucceededOutcome(a, c)
 		crashpoint.Hit("after-charge")
 	}

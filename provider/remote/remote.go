@@ -75,6 +75,12 @@ func (c *Client) Charge(ctx context.Context, req payment.ChargeRequest) (payment
 			return payment.Charge{}, errors.New("remote: charge: provider status 402 without a decline code")
 		}
 		return payment.Charge{}, &payment.DeclineError{Code: e.Error.Code, Message: e.Error.Message}
+	case http.StatusConflict:
+		var e errorBody
+		if json.Unmarshal(b, &e) == nil && e.Error.Type == "idempotency_error" {
+			return payment.Charge{}, fmt.Errorf("remote: charge: %w", payment.ErrProviderKeyReused)
+		}
+		return payment.Charge{}, statusError("charge", status, b)
 	default:
 		return payment.Charge{}, statusError("charge", status, b)
 	}

@@ -2,6 +2,7 @@ package remote_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -173,5 +174,22 @@ func TestErrorsOmitKey(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), key) {
 		t.Errorf("err = %q, want it without the idempotency key", err)
+	}
+}
+
+// The provider's "key reused" is definitive, told apart from an unknown
+// outcome; a 409 that is not the provider's own stays unknown.
+func TestKeyReusedIsDefinitive(t *testing.T) {
+	for _, tt := range []struct {
+		body string
+		want bool
+	}{
+		{`{"error":{"type":"idempotency_error"}}`, true},
+		{`<html>Conflict</html>`, false},
+	} {
+		_, err := remote.New(newFake(t, 409, tt.body), 5*time.Second).Charge(context.Background(), request("k1", "tok_visa"))
+		if got := errors.Is(err, payment.ErrProviderKeyReused); got != tt.want {
+			t.Errorf("409 %s: errors.Is(err, ErrProviderKeyReused) = %v (%v), want %v", tt.body, got, err, tt.want)
+		}
 	}
 }

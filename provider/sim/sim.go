@@ -30,7 +30,7 @@ import (
 var (
 	// ErrKeyMismatch means the idempotency key already names a charge made
 	// with other parameters; nothing new was charged.
-	ErrKeyMismatch = errors.New("sim: idempotency key already used with other parameters")
+	ErrKeyMismatch = fmt.Errorf("sim: idempotency key already used with other parameters: %w", payment.ErrProviderKeyReused)
 	// ErrInvalidRequest means the request was malformed; nothing was charged.
 	ErrInvalidRequest = errors.New("sim: invalid charge request")
 	// ErrFailedBeforeCharge is the simulated failure before charging.
