@@ -115,8 +115,13 @@ func (db *DB) WriteStats() (commits, writes int64) { return db.writer.Stats() }
 // error) into EUNAVAILABLE, which clients see as 503 with Retry-After.
 // SQLite errors are matched by their primary result code.
 func mapErr(err error) error {
-	if errors.Is(err, groupcommit.ErrClosed) {
+	switch {
+	case errors.Is(err, groupcommit.ErrClosed):
 		return ErrClosed
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The caller gave up (a client that hung up): not a bug, and nothing
+		// was written, so the answer, if anyone reads it, is to retry.
+		return &payment.Error{Code: payment.EUNAVAILABLE, Message: "The request was cancelled before it finished; retry with the same key.", Err: err}
 	}
 	var se *sqlite.Error
 	if !errors.As(err, &se) {

@@ -300,3 +300,19 @@ func TestGroupCommitOneStatementFailsAlone(t *testing.T) {
 		t.Errorf("commits = %d for %d writes, want batches of more than one", commits, writes)
 	}
 }
+
+// A caller that gave up is not an internal error: nothing was written.
+func TestCancelledIsUnavailable(t *testing.T) {
+	db := MustOpen(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := db.Attempt(ctx, "s", "k"); payment.ErrorCode(err) != payment.EUNAVAILABLE {
+		t.Errorf("Attempt with a cancelled context: code %q (%v), want %q", payment.ErrorCode(err), err, payment.EUNAVAILABLE)
+	}
+	if _, err := db.Claim(ctx, newAttempt("k", t0, time.Minute)); payment.ErrorCode(err) != payment.EUNAVAILABLE {
+		t.Errorf("Claim with a cancelled context: code %q (%v), want %q", payment.ErrorCode(err), err, payment.EUNAVAILABLE)
+	}
+	if _, err := db.Authenticate(ctx, "opk_x"); payment.ErrorCode(err) == payment.EINTERNAL {
+		t.Errorf("Authenticate with a cancelled context: %v, want no internal error", err)
+	}
+}

@@ -102,6 +102,9 @@ func (w *Writer) Exec(ctx context.Context, stmt *sql.Stmt, then func(), args ...
 }
 
 func (w *Writer) submit(ctx context.Context, op *writeOp) error {
+	if err := ctx.Err(); err != nil { // select would pick at random among ready cases
+		return err
+	}
 	op.done = make(chan struct{})
 	select {
 	case w.ops <- op:
