@@ -88,7 +88,9 @@ func (r *Reconciler) settle(ctx context.Context, a Attempt) (Status, error) {
 		return "", err
 	}
 	a.Fence = fence
-	c, found, err := r.lookup(ctx, DownstreamKey(a.Scope, a.Key))
+	pctx, cancel := context.WithTimeout(ctx, r.ProviderTimeout)
+	c, found, err := r.lookup(pctx, DownstreamKey(a.Scope, a.Key))
+	cancel()
 	if err != nil {
 		r.Log.Warn("reconcile: provider lookup failed; left for the next run", "payment_id", a.ID, "err", err)
 		// Reconcile moved no money: the attempt keeps its old update time, so

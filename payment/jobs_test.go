@@ -292,3 +292,16 @@ func TestReconcileIgnoresAnotherPaymentsCharge(t *testing.T) {
 		t.Errorf("attempt = %s %d %q, want failed 409 with no charge", got.Status, got.ResponseStatus, got.ChargeID)
 	}
 }
+
+// A takeover's lookup and charge share one ProviderTimeout, so the lease,
+// which only has to outlast ProviderTimeout, outlasts both.
+func TestTakeOverCallsShareOneDeadline(t *testing.T) {
+	f := newFixture(t) // ProviderTimeout 100ms
+	f.abandon(t, "k", false)
+	f.clock.Add(time.Minute) // the dead owner's lease has run out
+	f.Sim.SetFaults(sim.Faults{Latency: 70 * time.Millisecond})
+	_, err := f.Service.Pay(context.Background(), "demo", "k", payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"})
+	if payment.ErrorCode(err) != payment.EOUTCOMEUNKNOWN {
+		t.Errorf("lookup 70ms + charge 70ms under a 100ms provider timeout: err = %v, want outcome unknown", err)
+	}
+}

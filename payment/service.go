@@ -102,18 +102,21 @@ func (s *Service) duplicate(ctx context.Context, cur *Attempt, hash []byte, req 
 func (s *Service) charge(ctx context.Context, a Attempt, req Request, lookupFirst bool) (Result, error) {
 	dk := DownstreamKey(a.Scope, a.Key)
 	// A client that hangs up must not abandon a charge in flight, nor the
-	// record of its answer.
+	// record of its answer. One deadline covers both provider calls, so the
+	// lease (longer than ProviderTimeout) outlasts them.
 	ctx = context.WithoutCancel(ctx)
+	pctx, cancel := context.WithTimeout(ctx, s.ProviderTimeout)
+	defer cancel()
 	var (
 		c     Charge
 		found bool
 		err   error
 	)
 	if lookupFirst {
-		c, found, err = s.lookup(ctx, dk)
+		c, found, err = s.lookup(pctx, dk)
 	}
 	if err == nil && !found {
-		c, err = s.providerCharge(ctx, ChargeRequest{
+		c, err = s.providerCharge(pctx, ChargeRequest{
 			IdempotencyKey: dk, Amount: req.Amount, Currency: req.Currency,
 			Source: req.Source, Description: req.Description,
 		})
@@ -148,10 +151,8 @@ func (s *Service) charge(ctx context.Context, a Attempt, req Request, lookupFirs
 	return Result{Status: o.ResponseStatus, Body: o.ResponseBody}, nil
 }
 
-// lookup asks the provider for the charge under key, within ProviderTimeout.
+// lookup asks the provider for the charge under key; ctx bounds the call.
 func (s *Service) lookup(ctx context.Context, key string) (Charge, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.ProviderTimeout)
-	defer cancel()
 	start := time.Now()
 	c, found, err := s.Provider.Lookup(ctx, key)
 	result := "not_found"
@@ -165,10 +166,8 @@ func (s *Service) lookup(ctx context.Context, key string) (Charge, bool, error) 
 	return c, found, err
 }
 
-// providerCharge asks the provider to charge, within ProviderTimeout.
+// providerCharge asks the provider to charge; ctx bounds the call.
 func (s *Service) providerCharge(ctx context.Context, req ChargeRequest) (Charge, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.ProviderTimeout)
-	defer cancel()
 	start := time.Now()
 	c, err := s.Provider.Charge(ctx, req)
 	result := "succeeded"
