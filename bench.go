@@ -23,6 +23,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	fs := newFlagSet("bench", "bench [flags]", stderr)
 	fs.StringVar(&cfg.URL, "url", "http://127.0.0.1:8080", "base URL of the running oncepay to load")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "merchant API key (serve); empty for demo")
+	fs.StringVar(&cfg.AdminToken, "admin-token", "", "the server's admin token, to read the ledger (serve); empty for demo")
 	fs.StringVar(&cfg.Scope, "scope", "demo", `the scope the payments land in, to find their charges in the ledger: the API key's id ("apikey list"), or "demo"`)
 	fs.StringVar(&scenario, "scenario", "new", "new, replay, storm or mixed (70% new, 25% replay, 5% same-key retry)")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long the measured load lasts")

@@ -52,6 +52,7 @@ var Scenarios = []Scenario{New, Replay, Storm, Mixed}
 type Config struct {
 	URL         string // base URL of a running oncepay, e.g. http://127.0.0.1:8080
 	APIKey      string // merchant API key; empty in demo mode
+	AdminToken  string // reads the ledger (/sim/charges) in serve mode; empty in demo mode
 	Scope       string // the scope payments land in (the API key's id; "demo" in demo mode); default "demo"
 	Scenario    Scenario
 	Duration    time.Duration // how long the measured load lasts; default 10s

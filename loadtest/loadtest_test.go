@@ -18,7 +18,9 @@ import (
 func startServer(t *testing.T, auth bool) (string, *oncepaytest.Env) {
 	t.Helper()
 	e := oncepaytest.Open(t, oncepaytest.Options{})
-	cfg := server.Config{Payments: e.Service, Sim: e.Sim.Handler(), Log: e.Log}
+	// In serve mode the ledger needs the admin token; demo mode is open.
+	cfg := server.Config{Payments: e.Service, Sim: e.Sim.Handler(), Log: e.Log,
+		Admin: server.Admin{Token: adminToken, Open: !auth}}
 	if auth {
 		cfg.Keys = e.DB
 	}
@@ -26,6 +28,8 @@ func startServer(t *testing.T, auth bool) (string, *oncepaytest.Env) {
 	t.Cleanup(srv.Close)
 	return srv.URL, e
 }
+
+const adminToken = "bench-admin"
 
 // smoke is a load short enough for go test -race: the invariants are
 // asserted, never the speed.
@@ -72,7 +76,7 @@ func TestCheckFindsChargesByScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := smoke(url, loadtest.Mixed)
-	cfg.APIKey, cfg.Scope = secret, k.ID
+	cfg.APIKey, cfg.Scope, cfg.AdminToken = secret, k.ID, adminToken
 	rep, err := loadtest.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

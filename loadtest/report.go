@@ -134,6 +134,9 @@ func fetchLedger(ctx context.Context, cfg Config) (map[string][]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.AdminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+cfg.AdminToken)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("loadtest: read the ledger: %w", err)

@@ -168,3 +168,29 @@ func TestAdminReconcileNow(t *testing.T) {
 		t.Errorf("attempt = %s, want failed (the provider never charged it)", got.Status)
 	}
 }
+
+// In serve, the simulated provider's ledger and fault knobs are the
+// operator's: merchants cannot read every charge or break the provider.
+func TestSimBehindAdminInServe(t *testing.T) {
+	e := newEnv(t, envOptions{auth: true, adminToken: "s3cret-admin"})
+	_, merchant := e.apiKey("shop")
+	faults := []byte(`{"latency":"0s","fail_before_charge":1,"fail_after_charge":0,"fail_lookup":0}`)
+	for name, h := range map[string][]string{"no credential": nil, "merchant key": {"Authorization", "Bearer " + merchant}} {
+		if r := e.do("GET", "/sim/charges", nil, h...); r.Status != 401 {
+			t.Errorf("GET /sim/charges with %s = %d, want 401", name, r.Status)
+		}
+		if r := e.do("PUT", "/sim/faults", faults, append(h, "Content-Type", "application/json")...); r.Status != 401 {
+			t.Errorf("PUT /sim/faults with %s = %d, want 401", name, r.Status)
+		}
+	}
+	if r := e.do("PUT", "/sim/faults", faults, "Authorization", "Bearer s3cret-admin", "Content-Type", "application/json",
+		"Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example"); r.Status != 403 {
+		t.Errorf("cross-site PUT /sim/faults = %d, want 403", r.Status)
+	}
+	if e.Sim.Faults().FailBeforeCharge != 0 {
+		t.Fatalf("the faults changed without the admin credential")
+	}
+	if r := e.do("GET", "/sim/charges", nil, "Authorization", "Bearer s3cret-admin"); r.Status != 200 {
+		t.Errorf("GET /sim/charges with the admin token = %d, want 200", r.Status)
+	}
+}

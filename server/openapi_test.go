@@ -163,10 +163,11 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"health", "GET", "/healthz", e.do("GET", "/healthz", nil), 200, ""},
 		{"health head", "HEAD", "/healthz", e.do("HEAD", "/healthz", nil), 200, ""},
 		{"openapi", "GET", "/openapi.yaml", e.do("GET", "/openapi.yaml", nil), 200, ""},
-		{"sim ledger", "GET", "/sim/charges", e.do("GET", "/sim/charges", nil), 200, ""},
-		{"sim faults", "GET", "/sim/faults", e.do("GET", "/sim/faults", nil), 200, ""},
-		{"sim set faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0}`)), 200, ""},
-		{"sim bad faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":2,"fail_after_charge":0,"fail_lookup":0}`)), 400, payment.ProblemInvalidRequest},
+		{"sim ledger", "GET", "/sim/charges", admin("/sim/charges"), 200, ""},
+		{"sim ledger without the admin token", "GET", "/sim/charges", get("/sim/charges"), 401, payment.ProblemUnauthorized},
+		{"sim faults", "GET", "/sim/faults", admin("/sim/faults"), 200, ""},
+		{"sim set faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0}`), "Authorization", "Bearer spec-admin"), 200, ""},
+		{"sim bad faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":2,"fail_after_charge":0,"fail_lookup":0}`), "Authorization", "Bearer spec-admin"), 400, payment.ProblemInvalidRequest},
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {

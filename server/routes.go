@@ -28,7 +28,9 @@ func (s *server) routes() http.Handler {
 		r.Handle("/metrics", s.adminAuth(s.Metrics)).Methods(http.MethodGet)
 	}
 	if s.Sim != nil {
-		r.PathPrefix("/sim/").Handler(s.Sim)
+		// The ledger and the fault knobs are the operator's, not the
+		// merchants': in serve they need the admin credential.
+		r.PathPrefix("/sim/").Handler(s.adminAuth(http.NewCrossOriginProtection().Handler(s.Sim)))
 	}
 	if s.Workshop != nil {
 		r.PathPrefix("/demo").Handler(s.Workshop)
