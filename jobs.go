@@ -7,24 +7,23 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/oncepay/oncepay/metrics"
+	"github.com/oncepay/oncepay/payment"
 	"github.com/robfig/cron/v3"
 )
 
 // startJobs schedules reconcile and purge on cron, in UTC: a panic is
 // recovered and logged, and a run still going when the next is due makes
 // that one skip, so runs never overlap.
-func startJobs(ctx context.Context, log *slog.Logger, cfg *config, a *app, m *metrics.Metrics) (*cron.Cron, error) {
+func startJobs(ctx context.Context, log *slog.Logger, cfg *config, rec *payment.Reconciler, pur *payment.Purger) (*cron.Cron, error) {
 	cl := cronLogger{log}
 	c := cron.New(cron.WithLocation(time.UTC), cron.WithLogger(cl),
 		cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
-	rec, pur := a.reconciler(cfg), newPurger(a.db, cfg.retention)
 	for _, job := range []struct {
 		flag, spec string
 		run        func()
 	}{
-		{"--reconcile-schedule", cfg.reconcileSchedule, func() { logRun(ctx, log, "reconcile", rec.RunOnce, m.Reconciled) }},
-		{"--purge-schedule", cfg.purgeSchedule, func() { logRun(ctx, log, "purge", pur.RunOnce, m.Purged) }},
+		{"--reconcile-schedule", cfg.reconcileSchedule, func() { logRun(ctx, log, "reconcile", rec.RunOnce) }},
+		{"--purge-schedule", cfg.purgeSchedule, func() { logRun(ctx, log, "purge", pur.RunOnce) }},
 	} {
 		if job.spec == "off" { // run from a systemd timer instead
 			continue
@@ -37,11 +36,10 @@ func startJobs(ctx context.Context, log *slog.Logger, cfg *config, a *app, m *me
 	return c, nil
 }
 
-// logRun runs a job once, counts what it did, and logs one line of it.
-func logRun[R fmt.Stringer](ctx context.Context, log *slog.Logger, name string, runOnce func(context.Context) (R, error), count func(R)) {
+// logRun runs a job once and logs one line of what it did.
+func logRun[R fmt.Stringer](ctx context.Context, log *slog.Logger, name string, runOnce func(context.Context) (R, error)) {
 	start := time.Now()
 	res, err := runOnce(ctx)
-	count(res)
 	if err != nil {
 		log.Error("job failed", "job", name, "result", res.String(), "err", err, "duration", time.Since(start))
 		return

@@ -191,7 +191,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			log.Warn("SIMULATED PROVIDER: no real money moves. Set --provider for a real one.", "ledger", cfg.simDB)
 		}
 	}
-	rec := a.reconciler(&cfg)
+	rec, pur := a.reconciler(&cfg), newPurger(a.db, cfg.retention)
+	rec.Observe, pur.Observe = m.Reconciled, m.Purged
 	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Token: cfg.adminToken, Open: demo}
 	if demo && a.sim != nil {
 		srvCfg.Workshop = workshop.New(a.service, rec, a.sim, server.DemoScope)
@@ -207,7 +208,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	jobs, err := startJobs(ctx, log, &cfg, a, m)
+	jobs, err := startJobs(ctx, log, &cfg, rec, pur)
 	if err != nil {
 		ln.Close()
 		return err

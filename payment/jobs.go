@@ -17,6 +17,8 @@ type Reconciler struct {
 	StaleAfter time.Duration
 	// Limit caps the attempts one run settles; the next run takes the rest.
 	Limit int
+	// Observe, if set, is told what every run and every ReconcileOne did.
+	Observe func(ReconcileResult)
 }
 
 // ReconcileResult is what one run did.
@@ -34,8 +36,8 @@ func (r ReconcileResult) String() string {
 }
 
 // RunOnce settles the stale attempts there are now.
-func (r *Reconciler) RunOnce(ctx context.Context) (ReconcileResult, error) {
-	var res ReconcileResult
+func (r *Reconciler) RunOnce(ctx context.Context) (res ReconcileResult, err error) {
+	defer func() { r.observe(res) }()
 	now := r.Now()
 	stale, err := r.Store.Stale(ctx, now.Add(-r.StaleAfter), now, r.Limit)
 	if err != nil {
@@ -47,16 +49,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ReconcileResult, error) {
 		if err != nil {
 			return res, err
 		}
-		switch st {
-		case Succeeded:
-			res.Succeeded++
-		case Failed:
-			res.Failed++
-		case InProgress:
-			res.Unknown++
-		default:
-			res.Skipped++
-		}
+		res.count(st)
 	}
 	return res, nil
 }
@@ -73,10 +66,34 @@ func (r *Reconciler) ReconcileOne(ctx context.Context, scope, key string) (*Atte
 	if !a.Stale(now, r.StaleAfter) {
 		return nil, Errorf(EINVALID, "Only an attempt in progress, untouched for %s and with no live lease, can be reconciled.", r.StaleAfter)
 	}
-	if _, err := r.settle(ctx, *a); err != nil {
+	st, err := r.settle(ctx, *a)
+	if err != nil {
 		return nil, err
 	}
+	res := ReconcileResult{Checked: 1}
+	res.count(st)
+	r.observe(res)
 	return r.Store.Attempt(ctx, scope, key)
+}
+
+func (r *Reconciler) observe(res ReconcileResult) {
+	if r.Observe != nil {
+		r.Observe(res)
+	}
+}
+
+// count adds the status an attempt was left in.
+func (res *ReconcileResult) count(st Status) {
+	switch st {
+	case Succeeded:
+		res.Succeeded++
+	case Failed:
+		res.Failed++
+	case InProgress:
+		res.Unknown++
+	default:
+		res.Skipped++
+	}
 }
 
 // settle takes a over, asks the provider by key and records what it says.
@@ -119,6 +136,8 @@ type Purger struct {
 	Now       func() time.Time
 	Retention time.Duration
 	BatchSize int
+	// Observe, if set, is told what every run did.
+	Observe func(PurgeResult)
 }
 
 // PurgeResult is what one run did.
@@ -133,8 +152,13 @@ func (r PurgeResult) String() string {
 
 // RunOnce deletes every final attempt older than the retention, batch by
 // batch until a batch comes back short.
-func (p *Purger) RunOnce(ctx context.Context) (PurgeResult, error) {
-	res := PurgeResult{Before: p.Now().Add(-p.Retention)}
+func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
+	res.Before = p.Now().Add(-p.Retention)
+	defer func() {
+		if p.Observe != nil {
+			p.Observe(res)
+		}
+	}()
 	for {
 		n, err := p.Store.Purge(ctx, res.Before, p.BatchSize)
 		res.Deleted += n

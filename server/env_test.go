@@ -50,6 +50,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	oe := oncepaytest.Open(t, oncepaytest.Options{Dir: o.dir, Faults: o.faults, Now: o.now, Lease: o.lease, Store: o.storeOp, Log: o.log})
 	m := metrics.New(oe.DB.InProgress, oe.Service.Now)
 	oe.Service.ObserveProviderCall = m.ProviderCall
+	oe.Reconciler.Observe = m.Reconciled
 	cfg := server.Config{Payments: oe.Service, Sim: oe.Sim.Handler(), Log: oe.Log, Metrics: m.Handler(), CountRequest: m.Request,
 		Admin: server.Admin{Store: oe.DB, Reconciler: oe.Reconciler, Token: o.adminToken, Open: !o.auth}}
 	if o.auth {

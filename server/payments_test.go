@@ -287,6 +287,8 @@ func TestTakeOverAbandonedClaim(t *testing.T) {
 					t.Fatal(err)
 				}
 				want = c.ID
+				// Charging now would fail: only the lookup can produce a 201.
+				e.Sim.SetFaults(sim.Faults{FailBeforeCharge: 1})
 			}
 			r := e.pay("abandoned", visa)
 			charges := e.ledger()[payment.DownstreamKey("demo", "abandoned")]
