@@ -133,6 +133,9 @@ func (h *Handler) handleNaivePay(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) pay(w http.ResponseWriter, r *http.Request, scope, key string, req payment.Request) {
 	res, err := h.Service.Pay(r.Context(), scope, key, req)
 	if err != nil {
+		if payment.ErrorCode(err) == payment.EINTERNAL {
+			h.Service.Log.Error("workshop: internal error", "err", err)
+		}
 		p := payment.ProblemOf(err)
 		if p.Retryable() {
 			w.Header().Set("Retry-After", strconv.Itoa(payment.RetryAfterSeconds))
