@@ -1,0 +1,130 @@
+package groupcommit_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/groupcommit"
+	_ "modernc.org/sqlite"
+)
+
+// open returns a one-connection database with a table t(k PRIMARY KEY, v
+// CHECK v >= 0) and its writer.
+func open(t *testing.T, opts groupcommit.Options) (*sql.DB, *groupcommit.Writer) {
+	t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "gc.db")+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(`CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER NOT NULL CHECK (v >= 0))`); err != nil {
+		t.Fatal(err)
+	}
+	w := groupcommit.New(db, opts)
+	t.Cleanup(func() { w.Close(); db.Close() })
+	return db, w
+}
+
+func count(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM t`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Concurrent writes share commits; a failing statement or a failing
+// multi-statement write is undone alone, the others commit.
+func TestFailuresStayAlone(t *testing.T) {
+	db, w := open(t, groupcommit.Options{MaxWait: 20 * time.Millisecond})
+	insert, err := db.Prepare(`INSERT INTO t (k, v) VALUES (?, ?)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 60)
+	for i := range errs {
+		wg.Go(func() {
+			switch i % 3 {
+			case 0: // one statement, valid
+				_, errs[i] = w.Exec(context.Background(), insert, nil, fmt.Sprint("one-", i), i)
+			case 1: // one statement violating the CHECK
+				_, errs[i] = w.Exec(context.Background(), insert, nil, fmt.Sprint("bad-", i), -1)
+			case 2: // two statements, the second failing: the first must be undone too
+				errs[i] = w.Write(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+					if _, err := tx.ExecContext(ctx, `INSERT INTO t (k, v) VALUES (?, 1)`, fmt.Sprint("half-", i)); err != nil {
+						return err
+					}
+					_, err := tx.ExecContext(ctx, `INSERT INTO t (k, v) VALUES (?, -1)`, fmt.Sprint("other-", i))
+					return err
+				})
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if (err == nil) != (i%3 == 0) {
+			t.Errorf("write %d: err = %v, want an error only for the failing kinds", i, err)
+		}
+	}
+	if n := count(t, db); n != 20 {
+		t.Errorf("rows = %d, want the 20 valid ones (no half of a failed write)", n)
+	}
+	if commits, writes := w.Stats(); commits >= writes {
+		t.Errorf("commits = %d for %d writes, want batches", commits, writes)
+	}
+}
+
+// A caller whose context is already done is refused before its write is
+// handed over, so it cannot commit behind its back.
+func TestCancelledBeforeHandover(t *testing.T) {
+	db, w := open(t, groupcommit.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 50 {
+		err := w.Write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO t (k, v) VALUES (?, 1)`, time.Now().String())
+			return err
+		})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Write with a cancelled context = %v, want context.Canceled", err)
+		}
+	}
+	if n := count(t, db); n != 0 {
+		t.Errorf("rows = %d, want 0", n)
+	}
+}
+
+// Close finishes what was handed over and refuses the rest.
+func TestCloseDrains(t *testing.T) {
+	db, w := open(t, groupcommit.Options{})
+	insert, _ := db.Prepare(`INSERT INTO t (k, v) VALUES (?, 1)`)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	for i := range 100 {
+		wg.Go(func() {
+			_, err := w.Exec(context.Background(), insert, nil, fmt.Sprint(i))
+			if err != nil && !errors.Is(err, groupcommit.ErrClosed) {
+				t.Errorf("write %d: %v", i, err)
+			}
+			if err == nil {
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			}
+		})
+	}
+	w.Close()
+	wg.Wait()
+	if n := count(t, db); n != ok {
+		t.Errorf("rows = %d, writes told they committed = %d: every answer must match the database", n, ok)
+	}
+}
