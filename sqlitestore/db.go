@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"runtime"
 	"time"
 
@@ -48,6 +49,13 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 5 * time.Second
 	}
+	// The file holds payments and API key hashes: readable by its owner only.
+	// SQLite gives the -wal and -shm files the database file's mode.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
 	// busy_timeout first, so the other pragmas wait for a lock too.
 	// synchronous=FULL: a claim or a record, once answered, survives power loss.
 	q := url.Values{}
@@ -152,13 +160,23 @@ func fromMS(v sql.NullInt64) time.Time {
 func (db *DB) Backup(ctx context.Context, path string) error {
 	// Its own connection: the readers are query_only, which forbids
 	// VACUUM INTO, and the writer must not wait for a copy.
+	// Created first, empty and private (VACUUM INTO fills an empty file),
+	// and never over an existing one.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
 	c, err := sql.Open("sqlite", db.dsn)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	_, err = c.ExecContext(ctx, `VACUUM INTO ?`, path)
-	return mapErr(err)
+	if _, err = c.ExecContext(ctx, `VACUUM INTO ?`, path); err != nil {
+		os.Remove(path) // no half-written copy left to be mistaken for a backup
+		return mapErr(err)
+	}
+	return nil
 }
 
 // BindProvider records which payment provider this database's payments go

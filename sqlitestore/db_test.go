@@ -239,6 +239,9 @@ func TestBackupWhileWriting(t *testing.T) {
 	if ok != "ok" || err != nil || counts[payment.InProgress] < 100 {
 		t.Errorf("backup: integrity %q, counts %v (%v); want ok and at least the 100 rows before", ok, counts, err)
 	}
+	if fi, err := os.Stat(to); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("backup file mode = %v (%v), want 600", fi.Mode().Perm(), err)
+	}
 	if err := db.Backup(ctx, to); err == nil {
 		t.Errorf("Backup over an existing file succeeded")
 	}
@@ -314,5 +317,23 @@ func TestCancelledIsUnavailable(t *testing.T) {
 	}
 	if _, err := db.Authenticate(ctx, "opk_x"); payment.ErrorCode(err) == payment.EINTERNAL {
 		t.Errorf("Authenticate with a cancelled context: %v, want no internal error", err)
+	}
+}
+
+// The database and its WAL are readable by their owner only.
+func TestFilesPrivate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "oncepay.db")
+	db := mustOpenPath(t, path, Options{})
+	if ok, err := db.Claim(context.Background(), newAttempt("k", t0, time.Minute)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	for _, p := range []string{path, path + "-wal"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode := fi.Mode().Perm(); mode != 0o600 {
+			t.Errorf("%s mode = %o, want 600", filepath.Base(p), mode)
+		}
 	}
 }
