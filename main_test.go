@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oncepay/oncepay/payment"
 )
 
 func env(m map[string]string) func(string) string {
@@ -212,5 +215,33 @@ func TestBackupCommand(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"backup", "--db", dbPath, "--to", to}, env(nil), io.Discard, io.Discard); err == nil {
 		t.Errorf("backup over an existing file succeeded")
+	}
+}
+
+// Each job's schedule can be turned off (for systemd timers); a bad one is
+// an error, not a job that never runs.
+func TestJobSchedules(t *testing.T) {
+	for _, tt := range []struct {
+		reconcile, purge string
+		entries          int
+		err              bool
+	}{
+		{"@every 1m", "@every 10m", 2, false},
+		{"off", "@every 10m", 1, false},
+		{"off", "off", 0, false},
+		{"every minute", "off", 0, true},
+	} {
+		cfg := &config{reconcileSchedule: tt.reconcile, purgeSchedule: tt.purge}
+		c, err := startJobs(context.Background(), slog.New(slog.DiscardHandler), cfg, &payment.Reconciler{}, &payment.Purger{})
+		if (err != nil) != tt.err {
+			t.Errorf("schedules %q, %q: err = %v, want error %v", tt.reconcile, tt.purge, err, tt.err)
+			continue
+		}
+		if err == nil {
+			if got := len(c.Entries()); got != tt.entries {
+				t.Errorf("schedules %q, %q: %d jobs, want %d", tt.reconcile, tt.purge, got, tt.entries)
+			}
+			<-c.Stop().Done()
+		}
 	}
 }
