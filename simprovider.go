@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/oncepay/oncepay/provider/sim"
@@ -44,4 +45,20 @@ func registerFaults(fs *flag.FlagSet, f *sim.Faults) {
 	fs.DurationVar(&f.Latency, "sim-latency", 0, "simulated provider: delay before every call")
 	fs.Float64Var(&f.FailBeforeCharge, "sim-fail-before-charge", 0, "simulated provider: probability (0..1) a charge fails before charging")
 	fs.Float64Var(&f.FailAfterCharge, "sim-fail-after-charge", 0, "simulated provider: probability (0..1) a charge's response is lost after charging")
+	fs.Var(dedupeFlag{f}, "sim-dedupe", "simulated provider: dedupe charges by idempotency key; false charges every call")
 }
+
+// dedupeFlag is --sim-dedupe, the inverse of Faults.NoDedupe.
+type dedupeFlag struct{ f *sim.Faults }
+
+func (d dedupeFlag) String() string {
+	return strconv.FormatBool(d.f == nil || !d.f.NoDedupe) // flag may call it on a zero value
+}
+
+func (d dedupeFlag) Set(v string) error {
+	dedupe, err := strconv.ParseBool(v)
+	d.f.NoDedupe = !dedupe
+	return err
+}
+
+func (d dedupeFlag) IsBoolFlag() bool { return true }

@@ -100,11 +100,13 @@ func start(t *testing.T, env []string, args ...string) *child {
 }
 
 // startSim runs the simulated provider as its own process, with its ledger
-// in dir, so the ledger outlives every oncepay it serves.
-func startSim(t *testing.T, dir string, latency time.Duration) (sim *child, ledger string) {
+// in dir, so the ledger outlives every oncepay it serves. extra flags come
+// last.
+func startSim(t *testing.T, dir string, latency time.Duration, extra ...string) (sim *child, ledger string) {
 	t.Helper()
 	ledger = filepath.Join(dir, "ledger.db")
-	return start(t, nil, "sim-provider", "--addr", "127.0.0.1:0", "--db", ledger, "--sim-latency", latency.String()), ledger
+	args := []string{"sim-provider", "--addr", "127.0.0.1:0", "--db", ledger, "--sim-latency", latency.String()}
+	return start(t, nil, append(args, extra...)...), ledger
 }
 
 // startServe runs oncepay serve on db against the provider at simURL.

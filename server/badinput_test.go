@@ -182,3 +182,20 @@ func TestMethodNotAllowed(t *testing.T) {
 		t.Errorf("GET /v2/nothing = %d, want 404", r.Status)
 	}
 }
+
+// The body limit: a valid payment of exactly MaxBodyBytes (padded with
+// insignificant whitespace) is taken; one byte more is 413 and charges
+// nothing.
+func TestBodyLimitBoundary(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	pad := func(n int) string { return visa[:len(visa)-1] + strings.Repeat(" ", n-len(visa)) + "}" }
+	if r := e.pay("at-limit", pad(payment.MaxBodyBytes)); r.Status != 201 {
+		t.Errorf("body of %d bytes = %d %s, want 201", payment.MaxBodyBytes, r.Status, r.Body)
+	}
+	if r := e.pay("past-limit", pad(payment.MaxBodyBytes+1)); r.Status != 413 || r.problemType() != payment.ProblemTooLarge {
+		t.Errorf("body of %d bytes = %d %s, want 413 request too large", payment.MaxBodyBytes+1, r.Status, r.Body)
+	}
+	if n := len(e.ledger()); n != 1 {
+		t.Errorf("ledger has %d charges, want 1", n)
+	}
+}

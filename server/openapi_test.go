@@ -165,6 +165,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"openapi", "GET", "/openapi.yaml", e.do("GET", "/openapi.yaml", nil), 200, ""},
 		{"sim ledger", "GET", "/sim/charges", admin("/sim/charges"), 200, ""},
 		{"sim ledger without the admin token", "GET", "/sim/charges", get("/sim/charges"), 401, payment.ProblemUnauthorized},
+		{"sim calls", "GET", "/sim/calls", admin("/sim/calls"), 200, ""},
 		{"sim faults", "GET", "/sim/faults", admin("/sim/faults"), 200, ""},
 		{"sim set faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0}`), "Authorization", "Bearer spec-admin"), 200, ""},
 		{"sim bad faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":2,"fail_after_charge":0,"fail_lookup":0}`), "Authorization", "Bearer spec-admin"), 400, payment.ProblemInvalidRequest},

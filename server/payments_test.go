@@ -15,10 +15,24 @@ import (
 )
 
 // 1,000 concurrent requests with one key and one body, for 10 keys at once:
-// one charge per key, and every answer is the stored 201 or a 409 in progress.
+// one charge call per key, and every answer is the stored 201 or a 409 in
+// progress. Again against a provider that charges every call it gets (no
+// dedupe): then only oncepay's claim keeps the ledger at one charge a key.
 func TestConcurrentSameKeyStorm(t *testing.T) {
-	const keys, perKey = 10, 1000
-	e := newEnv(t, envOptions{faults: sim.Faults{Latency: 50 * time.Millisecond}})
+	for _, tt := range []struct {
+		name   string
+		perKey int
+		faults sim.Faults
+	}{
+		{"provider dedupes", 1000, sim.Faults{Latency: 50 * time.Millisecond}},
+		{"provider charges every call", 300, sim.Faults{Latency: 50 * time.Millisecond, NoDedupe: true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) { storm(t, 10, tt.perKey, tt.faults) })
+	}
+}
+
+func storm(t *testing.T, keys, perKey int, faults sim.Faults) {
+	e := newEnv(t, envOptions{faults: faults})
 	type result struct {
 		key string
 		r   response
@@ -63,13 +77,17 @@ func TestConcurrentSameKeyStorm(t *testing.T) {
 			t.Errorf("key %s: status %d %s, want 201 or 409 in progress", res.key, res.r.Status, res.r.Body)
 		}
 	}
-	ledger := e.ledger()
+	ledger, calls := e.ledger(), e.Calls()
 	if len(ledger) != keys {
 		t.Errorf("ledger has charges for %d keys, want %d", len(ledger), keys)
 	}
 	for k := range keys {
 		key := fmt.Sprintf("storm-%d", k)
-		charges := ledger[payment.DownstreamKey("demo", key)]
+		dk := payment.DownstreamKey("demo", key)
+		if c := calls[dk]; c.Charges != 1 || c.Lookups != 0 {
+			t.Errorf("key %s: provider calls = %+v, want one charge and no lookup", key, c)
+		}
+		charges := ledger[dk]
 		if len(charges) != 1 {
 			t.Fatalf("key %s: %d charges, want 1", key, len(charges))
 		}
@@ -87,10 +105,19 @@ func TestConcurrentSameKeyStorm(t *testing.T) {
 }
 
 // The provider charges but its answer is lost, most of the time. Clients
-// retrying with their key end with exactly one charge each, and the 201 they
-// finally get names the ledger's charge.
+// retrying with their key end with exactly one charge each, made by one
+// charge call (each retry finds it by lookup), and the 201 they finally get
+// names the ledger's charge; the same against a provider without dedupe.
 func TestLostResponsesRetried(t *testing.T) {
-	e := newEnv(t, envOptions{faults: sim.Faults{FailAfterCharge: 0.8}})
+	for _, dedupe := range []bool{true, false} {
+		t.Run(fmt.Sprintf("dedupe=%v", dedupe), func(t *testing.T) {
+			lostResponsesRetried(t, sim.Faults{FailAfterCharge: 0.8, NoDedupe: !dedupe})
+		})
+	}
+}
+
+func lostResponsesRetried(t *testing.T, faults sim.Faults) {
+	e := newEnv(t, envOptions{faults: faults})
 	const clients = 20
 	var wg sync.WaitGroup
 	finals := make([]response, clients)
@@ -115,15 +142,19 @@ func TestLostResponsesRetried(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	ledger := e.ledger()
+	ledger, calls := e.ledger(), e.Calls()
 	for i, r := range finals {
 		key := fmt.Sprintf("lost-%d", i)
 		if r.Status != 201 {
 			t.Fatalf("key %s: final status %d %s, want 201", key, r.Status, r.Body)
 		}
-		charges := ledger[payment.DownstreamKey("demo", key)]
+		dk := payment.DownstreamKey("demo", key)
+		charges := ledger[dk]
 		if len(charges) != 1 {
 			t.Fatalf("key %s: %d charges, want 1", key, len(charges))
+		}
+		if c := calls[dk]; c.Charges != 1 {
+			t.Errorf("key %s: provider calls = %+v, want one charge call", key, c)
 		}
 		if got := r.payment(t).ChargeID; got != charges[0].ID {
 			t.Errorf("key %s: charge_id = %s, want the ledger's %s", key, got, charges[0].ID)
@@ -256,11 +287,15 @@ func TestOutcomeUnknownThenRecovered(t *testing.T) {
 	if a.Status != payment.InProgress || !a.LeaseExpiresAt.IsZero() || a.ResponseBody != nil {
 		t.Errorf("attempt after 503 = %s lease %v body %q, want in progress, no lease, nothing stored", a.Status, a.LeaseExpiresAt, a.ResponseBody)
 	}
-	e.Sim.SetFaults(sim.Faults{FailBeforeCharge: 1}) // charging again would fail: the retry must find the charge by lookup
+	e.Sim.SetFaults(sim.Faults{NoDedupe: true}) // charging again would charge twice: the retry must find the charge by lookup
 	r = e.pay("unknown", visa)
-	charges := e.ledger()[payment.DownstreamKey("demo", "unknown")]
+	dk := payment.DownstreamKey("demo", "unknown")
+	charges := e.ledger()[dk]
 	if r.Status != 201 || len(charges) != 1 || r.payment(t).ChargeID != charges[0].ID {
 		t.Fatalf("retry = %d %s with ledger %v, want 201 naming the one charge", r.Status, r.Body, charges)
+	}
+	if c := e.Calls()[dk]; c.Charges != 1 || c.Lookups != 1 {
+		t.Errorf("provider calls = %+v, want the first request's charge and the retry's lookup", c)
 	}
 }
 
@@ -279,21 +314,31 @@ func TestTakeOverAbandonedClaim(t *testing.T) {
 			if ok, err := e.DB.Claim(context.Background(), dead); !ok || err != nil {
 				t.Fatalf("Claim = %v, %v", ok, err)
 			}
+			dk := payment.DownstreamKey("demo", "abandoned")
 			var want string
 			if charged {
-				c, err := e.Sim.Charge(context.Background(), payment.ChargeRequest{IdempotencyKey: payment.DownstreamKey("demo", "abandoned"),
+				c, err := e.Sim.Charge(context.Background(), payment.ChargeRequest{IdempotencyKey: dk,
 					Amount: 1000, Currency: "EUR", Source: "tok_visa"})
 				if err != nil {
 					t.Fatal(err)
 				}
 				want = c.ID
-				// Charging now would fail: only the lookup can produce a 201.
-				e.Sim.SetFaults(sim.Faults{FailBeforeCharge: 1})
 			}
+			// A provider without dedupe: a charge call the lookup should
+			// have spared shows as a second charge.
+			e.Sim.SetFaults(sim.Faults{NoDedupe: true})
+			calls0 := e.Calls()[dk].Charges
 			r := e.pay("abandoned", visa)
-			charges := e.ledger()[payment.DownstreamKey("demo", "abandoned")]
+			charges := e.ledger()[dk]
 			if r.Status != 201 || len(charges) != 1 {
 				t.Fatalf("takeover = %d %s, ledger %v; want 201 and one charge", r.Status, r.Body, charges)
+			}
+			wantCalls := sim.Calls{IdempotencyKey: dk, Charges: 1, Lookups: 1} // the lookup, then the charge
+			if charged {
+				wantCalls.Charges = calls0 // found by the lookup: no charge call
+			}
+			if got := e.Calls()[dk]; got != wantCalls {
+				t.Errorf("provider calls = %+v, want %+v", got, wantCalls)
 			}
 			if charged && r.payment(t).ChargeID != want {
 				t.Errorf("charge_id = %s, want the existing %s", r.payment(t).ChargeID, want)

@@ -48,12 +48,17 @@ func newAttempt(key string, now time.Time, lease time.Duration) *payment.Attempt
 }
 
 // Of many concurrent claims on one key exactly one wins, and the others are
-// told so by their own statement, not by an error.
+// told so by their own statement, not by an error. The writer is held until
+// every claim waits for it, so each has done whatever it does before its
+// write while the key is still free: a claim decided by a read would let
+// them all win, every time.
 func TestClaimOnceUnderConcurrency(t *testing.T) {
+	const claims = 50
 	db := MustOpen(t, Options{})
+	release := holdWriter(t, db)
 	var wins atomic.Int32
 	var wg sync.WaitGroup
-	for range 200 {
+	for range claims {
 		wg.Go(func() {
 			ok, err := db.Claim(context.Background(), newAttempt("k", t0, time.Minute))
 			if err != nil {
@@ -64,10 +69,89 @@ func TestClaimOnceUnderConcurrency(t *testing.T) {
 			}
 		})
 	}
+	waitQueued(t, db, claims)
+	release()
 	wg.Wait()
 	if got := wins.Load(); got != 1 {
 		t.Errorf("claims won = %d, want 1", got)
 	}
+	if _, err := db.Attempt(context.Background(), "s", "k"); err != nil {
+		t.Errorf("Attempt after the claims: %v", err)
+	}
+}
+
+// holdWriter occupies the store's one writer until release is called: the
+// writes that come meanwhile queue behind it.
+func holdWriter(t *testing.T, db *DB) (release func()) {
+	t.Helper()
+	held, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		db.write(context.Background(), func(context.Context, *sql.Tx) error {
+			close(held)
+			<-done
+			return nil
+		})
+	}()
+	<-held
+	var once sync.Once
+	release = func() { once.Do(func() { close(done) }) }
+	t.Cleanup(release)
+	return release
+}
+
+// waitQueued waits until n writes queue for the writer.
+func waitQueued(t *testing.T, db *DB, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for db.writer.Queued() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("writes queued = %d after 10s, want %d", db.writer.Queued(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// The record is guarded twice: by the owner's fence, so an owner whose
+// attempt was taken over writes nothing while the new owner still works,
+// and by the status, so nothing overwrites a final answer, not even the
+// owner that wrote it. Each refused Record affects no row and says so.
+func TestRecordGuards(t *testing.T) {
+	ctx := context.Background()
+	db := MustOpen(t, Options{})
+	if ok, err := db.Claim(ctx, newAttempt("k", t0, time.Minute)); !ok || err != nil {
+		t.Fatalf("Claim = %v, %v", ok, err)
+	}
+	if _, ok, err := db.TakeOver(ctx, "s", "k", 1, t0.Add(2*time.Minute), t0.Add(3*time.Minute)); !ok || err != nil {
+		t.Fatalf("TakeOver = %v, %v", ok, err)
+	}
+	late := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("late\n"), FailureCode: "card_declined"}
+	if ok, err := db.Record(ctx, "s", "k", 1, late, t0.Add(2*time.Minute)); ok || err != nil {
+		t.Fatalf("Record by the fenced-out owner, new owner still working = %v, %v, want false", ok, err)
+	}
+	if got := mustAttempt(t, db, "k"); got.Status != payment.InProgress || got.ResponseBody != nil || got.Fence != 2 {
+		t.Fatalf("attempt = %s %q fence %d, want in progress, nothing stored, fence 2", got.Status, got.ResponseBody, got.Fence)
+	}
+	first := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("first\n"), ChargeID: "ch_1"}
+	if ok, err := db.Record(ctx, "s", "k", 2, first, t0.Add(2*time.Minute)); !ok || err != nil {
+		t.Fatalf("new owner's Record = %v, %v", ok, err)
+	}
+	again := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("again\n")}
+	if ok, err := db.Record(ctx, "s", "k", 2, again, t0.Add(3*time.Minute)); ok || err != nil {
+		t.Fatalf("second Record by the same owner = %v, %v, want false", ok, err)
+	}
+	got := mustAttempt(t, db, "k")
+	if got.Status != payment.Succeeded || string(got.ResponseBody) != "first\n" || got.ChargeID != "ch_1" || !got.UpdatedAt.Equal(t0.Add(2*time.Minute)) {
+		t.Errorf("attempt = %s %q %s updated %v, want the first record's", got.Status, got.ResponseBody, got.ChargeID, got.UpdatedAt)
+	}
+}
+
+func mustAttempt(t *testing.T, db *DB, key string) *payment.Attempt {
+	t.Helper()
+	a, err := db.Attempt(context.Background(), "s", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // A late owner's Record cannot overwrite what the owner that took over wrote.

@@ -40,6 +40,7 @@ type Writer struct {
 	ops     chan *writeOp
 	commits atomic.Int64 // transactions committed
 	writes  atomic.Int64 // writes those transactions held
+	queued  atomic.Int64 // writes waiting to be taken
 	quit    chan struct{}
 	stopped chan struct{}
 	once    sync.Once
@@ -106,11 +107,15 @@ func (w *Writer) submit(ctx context.Context, op *writeOp) error {
 		return err
 	}
 	op.done = make(chan struct{})
+	w.queued.Add(1)
 	select {
 	case w.ops <- op:
+		w.queued.Add(-1)
 	case <-w.quit:
+		w.queued.Add(-1)
 		return ErrClosed
 	case <-ctx.Done():
+		w.queued.Add(-1)
 		return ctx.Err()
 	}
 	<-op.done // once handed over, the write may commit: wait to know.
@@ -212,6 +217,10 @@ func (w *Writer) commit(batch []*writeOp) {
 func (w *Writer) Stats() (commits, writes int64) {
 	return w.commits.Load(), w.writes.Load()
 }
+
+// Queued returns how many writes are waiting for the writer to take them:
+// how far behind it is.
+func (w *Writer) Queued() int64 { return w.queued.Load() }
 
 // savepoint runs fn under a savepoint and undoes it if fn fails. broken
 // reports that the transaction itself is gone.

@@ -106,3 +106,13 @@ func (e *Env) Ledger(tb testing.TB) map[string][]payment.Charge {
 	}
 	return m
 }
+
+// Calls is what the simulated provider was asked, by idempotency key: the
+// calls themselves, which its dedupe would hide from the ledger.
+func (e *Env) Calls() map[string]sim.Calls {
+	m := map[string]sim.Calls{}
+	for _, c := range e.Sim.Calls() {
+		m[c.IdempotencyKey] = c
+	}
+	return m
+}

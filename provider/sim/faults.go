@@ -11,12 +11,17 @@ import (
 // Faults are the simulated provider's failure knobs. The zero value is a
 // healthy provider that answers at once. In JSON:
 //
-//	{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0}
+//	{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0,"no_dedupe":false}
 type Faults struct {
 	Latency          time.Duration // waited before every Charge and Lookup
 	FailBeforeCharge float64       // probability a Charge fails with nothing charged
 	FailAfterCharge  float64       // probability a Charge's response is lost after charging
 	FailLookup       float64       // probability a Lookup fails
+	// NoDedupe makes every Charge call charge, even under a key that
+	// already names a charge: a provider whose dedupe is weaker than
+	// promised, or whose key window has passed. Then only oncepay's own
+	// claim stands between a retry and a second charge.
+	NoDedupe bool
 }
 
 // maxLatency keeps a fat-fingered knob from hanging every caller for hours.
@@ -29,18 +34,20 @@ func (f Faults) MarshalJSON() ([]byte, error) {
 		FailBeforeCharge float64 `json:"fail_before_charge"`
 		FailAfterCharge  float64 `json:"fail_after_charge"`
 		FailLookup       float64 `json:"fail_lookup"`
-	}{f.Latency.String(), f.FailBeforeCharge, f.FailAfterCharge, f.FailLookup})
+		NoDedupe         bool    `json:"no_dedupe"`
+	}{f.Latency.String(), f.FailBeforeCharge, f.FailAfterCharge, f.FailLookup, f.NoDedupe})
 }
 
-// UnmarshalJSON reads the form MarshalJSON writes. Every field is required
-// and unknown ones are rejected, so a typo cannot silently leave a knob at
-// zero.
+// UnmarshalJSON reads the form MarshalJSON writes. Every field but
+// no_dedupe (absent: the provider dedupes) is required and unknown ones are
+// rejected, so a typo cannot silently leave a knob at zero.
 func (f *Faults) UnmarshalJSON(b []byte) error {
 	var v struct {
 		Latency          *string  `json:"latency"`
 		FailBeforeCharge *float64 `json:"fail_before_charge"`
 		FailAfterCharge  *float64 `json:"fail_after_charge"`
 		FailLookup       *float64 `json:"fail_lookup"`
+		NoDedupe         bool     `json:"no_dedupe"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -54,7 +61,7 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("latency: %w", err)
 	}
-	*f = Faults{latency, *v.FailBeforeCharge, *v.FailAfterCharge, *v.FailLookup}
+	*f = Faults{latency, *v.FailBeforeCharge, *v.FailAfterCharge, *v.FailLookup, v.NoDedupe}
 	return nil
 }
 

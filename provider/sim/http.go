@@ -17,6 +17,7 @@ const maxBody = 64 << 10
 // process:
 //
 //	GET  /sim/charges                  {"data":[charge, ...]}, oldest first
+//	GET  /sim/calls                    {"data":[{"idempotency_key","charges","lookups"}, ...]}, by key
 //	GET  /sim/faults                   the Faults JSON
 //	PUT  /sim/faults                   the full Faults JSON; 400 problem if invalid
 //	POST /v1/charges                   Idempotency-Key header, {"amount","currency","source","description"}
@@ -28,6 +29,7 @@ const maxBody = 64 << 10
 func (s *Sim) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sim/charges", s.handleLedger)
+	mux.HandleFunc("GET /sim/calls", s.handleCalls)
 	mux.HandleFunc("GET /sim/faults", s.handleGetFaults)
 	mux.HandleFunc("PUT /sim/faults", s.handlePutFaults)
 	mux.HandleFunc("POST /v1/charges", s.handleCharge)
@@ -43,6 +45,10 @@ func (s *Sim) handleLedger(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": charges})
+}
+
+func (s *Sim) handleCalls(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"data": s.Calls()})
 }
 
 func (s *Sim) handleGetFaults(w http.ResponseWriter, _ *http.Request) {

@@ -57,20 +57,39 @@ func TestHandlerFaults(t *testing.T) {
 	s := MustOpen(t)
 	h := s.Handler()
 	if got, want := serve(t, h, "GET", "/sim/faults", "", nil).Body.String(),
-		`{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0}`+"\n"; got != want {
+		`{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0,"no_dedupe":false}`+"\n"; got != want {
 		t.Errorf("GET /sim/faults = %q, want %q", got, want)
 	}
 
-	const set = `{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0}` + "\n"
+	const set = `{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0,"no_dedupe":true}` + "\n"
 	w := serve(t, h, "PUT", "/sim/faults", set, nil)
 	if w.Code != http.StatusOK || w.Body.String() != set {
 		t.Errorf("PUT /sim/faults = %d %q, want 200 %q", w.Code, w.Body, set)
 	}
-	if got, want := s.Faults(), (sim.Faults{Latency: 250 * time.Millisecond, FailAfterCharge: 0.5}); got != want {
+	if got, want := s.Faults(), (sim.Faults{Latency: 250 * time.Millisecond, FailAfterCharge: 0.5, NoDedupe: true}); got != want {
 		t.Errorf("Faults() = %+v, want %+v", got, want)
 	}
 	if got := serve(t, h, "GET", "/sim/faults", "", nil).Body.String(); got != set {
 		t.Errorf("GET /sim/faults after PUT = %q, want %q", got, set)
+	}
+	// no_dedupe alone may be left out: the provider dedupes.
+	if w := serve(t, h, "PUT", "/sim/faults", `{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0}`, nil); w.Code != http.StatusOK || s.Faults() != (sim.Faults{}) {
+		t.Errorf("PUT without no_dedupe = %d %s, faults %+v, want 200 and a deduping provider", w.Code, w.Body, s.Faults())
+	}
+}
+
+func TestHandlerCalls(t *testing.T) {
+	s := MustOpen(t)
+	h := s.Handler()
+	if got, want := serve(t, h, "GET", "/sim/calls", "", nil).Body.String(), "{\"data\":[]}\n"; got != want {
+		t.Errorf("no calls = %q, want %q", got, want)
+	}
+	s.Charge(context.Background(), visa("k1"))
+	s.Charge(context.Background(), visa("k1"))
+	s.Lookup(context.Background(), "k1")
+	want := `{"data":[{"idempotency_key":"k1","charges":2,"lookups":1}]}` + "\n"
+	if got := serve(t, h, "GET", "/sim/calls", "", nil).Body.String(); got != want {
+		t.Errorf("GET /sim/calls = %q, want %q", got, want)
 	}
 }
 

@@ -2,6 +2,8 @@
 // keeps its own SQLite ledger (it plays the bank), dedupes by idempotency key,
 // answers lookups by key, and injects the failures oncepay exists to survive:
 // latency, a failure before charging and a lost response after charging.
+// It also counts every call it receives, and its dedupe can be turned off, so
+// tests see what oncepay asked of it and not only what it kept.
 // Demos, tests and benchmarks run against it in process or, through Handler,
 // as its own server so the faults cross a real socket.
 package sim
@@ -50,23 +52,40 @@ type Sim struct {
 	// writer batches concurrent charges into shared transactions, as
 	// oncepay's store does: one WAL append for many charges.
 	writer *groupcommit.Writer
-	insert *sql.Stmt
+	insert *sql.Stmt // the charge a key names, once
+	again  *sql.Stmt // one more charge under a key, when dedupe is off
 	byKeyQ *sql.Stmt
 	faults atomic.Pointer[Faults]
+	calls  callLog
 }
 
 var _ payment.Provider = (*Sim)(nil)
 
+// schema is the ledger. A key's first charge is copy 0, and the primary key
+// is the dedupe; with dedupe off, each further charge under the key is the
+// next copy, so the ledger shows every time the bank was made to pay.
 const schema = `CREATE TABLE IF NOT EXISTS sim_charges (
-	idempotency_key TEXT PRIMARY KEY,
+	idempotency_key TEXT NOT NULL,
+	copy            INTEGER NOT NULL DEFAULT 0,
 	id              TEXT NOT NULL UNIQUE,
 	amount          INTEGER NOT NULL,
 	currency        TEXT NOT NULL,
 	source          TEXT NOT NULL,
 	description     TEXT NOT NULL,
 	params_hash     TEXT NOT NULL,
-	created_at      INTEGER NOT NULL -- unix ms
+	created_at      INTEGER NOT NULL, -- unix ms
+	PRIMARY KEY (idempotency_key, copy)
 )`
+
+// migrateCopies rebuilds a ledger made before charges had copies (its
+// primary key was the idempotency key alone), keeping every charge.
+const migrateCopies = `
+ALTER TABLE sim_charges RENAME TO sim_charges_v0;
+` + schema + `;
+INSERT INTO sim_charges (idempotency_key, id, amount, currency, source, description, params_hash, created_at)
+	SELECT idempotency_key, id, amount, currency, source, description, params_hash, created_at
+	FROM sim_charges_v0 ORDER BY rowid;
+DROP TABLE sim_charges_v0;`
 
 // Open opens the ledger at path, creating it if needed, with no faults set.
 func Open(path string) (*Sim, error) {
@@ -77,7 +96,7 @@ func Open(path string) (*Sim, error) {
 		return nil, fmt.Errorf("sim: open ledger: %w", err)
 	}
 	db.SetMaxOpenConns(1)
-	if _, err := db.Exec(schema); err != nil {
+	if err := createLedger(db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sim: create ledger: %w", err)
 	}
@@ -88,11 +107,16 @@ func Open(path string) (*Sim, error) {
 	}
 	s := &Sim{db: db, read: read}
 	// Parsed once: every charge and lookup runs one of these.
-	if s.insert, err = db.Prepare(`INSERT OR IGNORE INTO sim_charges
-		(idempotency_key, id, amount, currency, source, description, params_hash, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`); err == nil {
+	const columns = `(idempotency_key, id, amount, currency, source, description, params_hash, created_at, copy)`
+	if s.insert, err = db.Prepare(`INSERT OR IGNORE INTO sim_charges ` + columns + `
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)`); err == nil {
+		s.again, err = db.Prepare(`INSERT INTO sim_charges ` + columns + `
+		VALUES (?1, ?, ?, ?, ?, ?, ?, ?,
+			(SELECT coalesce(max(copy) + 1, 0) FROM sim_charges WHERE idempotency_key = ?1))`)
+	}
+	if err == nil {
 		s.byKeyQ, err = read.Prepare(`SELECT id, amount, currency, params_hash, created_at
-			FROM sim_charges WHERE idempotency_key = ?`)
+			FROM sim_charges WHERE idempotency_key = ? ORDER BY copy LIMIT 1`)
 	}
 	if err != nil {
 		s.Close()
@@ -101,6 +125,30 @@ func Open(path string) (*Sim, error) {
 	s.writer = groupcommit.New(db, groupcommit.Options{})
 	s.faults.Store(&Faults{})
 	return s, nil
+}
+
+// createLedger creates the ledger, or brings an older one to this schema.
+func createLedger(db *sql.DB) error {
+	tx, err := db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var tables, copies int
+	err = tx.QueryRow(`SELECT
+		(SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'sim_charges'),
+		(SELECT count(*) FROM pragma_table_info('sim_charges') WHERE name = 'copy')`).Scan(&tables, &copies)
+	if err != nil {
+		return err
+	}
+	ddl := schema
+	if tables == 1 && copies == 0 {
+		ddl = migrateCopies
+	}
+	if _, err := tx.Exec(ddl); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // Close closes the ledger.
@@ -113,6 +161,7 @@ func (s *Sim) Close() error {
 
 // Charge moves money once per idempotency key. It implements payment.Provider.
 func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Charge, error) {
+	s.calls.add(req.IdempotencyKey, opCharge)
 	f := s.Faults()
 	if err := sleep(ctx, f.Latency); err != nil {
 		return payment.Charge{}, err
@@ -126,11 +175,13 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 	if d := decline(req.Source); d != nil {
 		// A key that already names a charge keeps that meaning: asked again
 		// with other parameters it is a mismatch, never a decline.
-		if _, _, err := s.byKey(ctx, req.IdempotencyKey); !errors.Is(err, sql.ErrNoRows) {
-			if err != nil {
-				return payment.Charge{}, err
+		if !f.NoDedupe {
+			if _, _, err := s.byKey(ctx, req.IdempotencyKey); !errors.Is(err, sql.ErrNoRows) {
+				if err != nil {
+					return payment.Charge{}, err
+				}
+				return payment.Charge{}, ErrKeyMismatch
 			}
-			return payment.Charge{}, ErrKeyMismatch
 		}
 		return payment.Charge{}, d
 	}
@@ -144,8 +195,13 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 		// Millisecond precision, as stored, so a replay equals the original.
 		CreatedAt: time.UnixMilli(time.Now().UnixMilli()).UTC(),
 	}
-	// The primary key decides who charges; a read first would race.
-	n, err := s.writer.Exec(ctx, s.insert, nil,
+	// The primary key decides who charges; a read first would race. Without
+	// dedupe every call charges.
+	insert := s.insert
+	if f.NoDedupe {
+		insert = s.again
+	}
+	n, err := s.writer.Exec(ctx, insert, nil,
 		c.IdempotencyKey, c.ID, c.Amount, c.Currency, req.Source, req.Description, hash, c.CreatedAt.UnixMilli())
 	if err != nil {
 		return payment.Charge{}, fmt.Errorf("sim: record charge: %w", err)
@@ -168,6 +224,7 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 // Lookup reports the charge made under key, if any. It implements
 // payment.Provider.
 func (s *Sim) Lookup(ctx context.Context, key string) (payment.Charge, bool, error) {
+	s.calls.add(key, opLookup)
 	f := s.Faults()
 	if err := sleep(ctx, f.Latency); err != nil {
 		return payment.Charge{}, false, err

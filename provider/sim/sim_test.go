@@ -2,9 +2,13 @@ package sim_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
 	"errors"
 	"math"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -347,3 +351,102 @@ func TestSetFaults(t *testing.T) {
 		})
 	}
 }
+
+// Without dedupe every charge call charges, even the same request under the
+// same key, and a lookup finds the key's first charge. Calls counts every
+// call the provider received, charged or not.
+func TestNoDedupeChargesEveryCall(t *testing.T) {
+	s := MustOpen(t)
+	ctx := context.Background()
+	mustSetFaults(t, s, sim.Faults{NoDedupe: true})
+	var ids []string
+	for range 3 {
+		c, err := s.Charge(ctx, visa("k1"))
+		if err != nil {
+			t.Fatalf("Charge: %v", err)
+		}
+		ids = append(ids, c.ID)
+	}
+	if ids[0] == ids[1] || ids[1] == ids[2] {
+		t.Errorf("charge ids = %v, want three charges", ids)
+	}
+	other := visa("k1")
+	other.Amount++
+	if _, err := s.Charge(ctx, other); err != nil {
+		t.Errorf("Charge with other parameters under the key: %v, want a fourth charge", err)
+	}
+	if _, err := s.Charge(ctx, payment.ChargeRequest{IdempotencyKey: "k1", Amount: 1, Currency: "EUR", Source: "tok_chargeDeclined"}); !isDecline(err) {
+		t.Errorf("declining token under a charged key: %v, want a decline", err)
+	}
+	if got := len(mustCharges(t, s)); got != 4 {
+		t.Errorf("ledger rows = %d, want 4", got)
+	}
+	c, found, err := s.Lookup(ctx, "k1")
+	if err != nil || !found || c.ID != ids[0] {
+		t.Errorf("Lookup = %+v, %v, %v, want the first charge %s", c, found, err, ids[0])
+	}
+	if _, _, err := s.Lookup(ctx, "k2"); err != nil {
+		t.Fatal(err)
+	}
+	want := []sim.Calls{{IdempotencyKey: "k1", Charges: 5, Lookups: 1}, {IdempotencyKey: "k2", Lookups: 1}}
+	if got := s.Calls(); !slices.Equal(got, want) {
+		t.Errorf("Calls = %+v, want %+v", got, want)
+	}
+}
+
+func isDecline(err error) bool {
+	_, ok := payment.IsDecline(err)
+	return ok
+}
+
+// A ledger written before charges had copies (the idempotency key alone was
+// its primary key) is rebuilt at open, every charge kept.
+func TestLedgerMigratesFromKeyOnlyPrimaryKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sim.db")
+	old, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = old.Exec(`CREATE TABLE sim_charges (
+		idempotency_key TEXT PRIMARY KEY,
+		id              TEXT NOT NULL UNIQUE,
+		amount          INTEGER NOT NULL,
+		currency        TEXT NOT NULL,
+		source          TEXT NOT NULL,
+		description     TEXT NOT NULL,
+		params_hash     TEXT NOT NULL,
+		created_at      INTEGER NOT NULL
+	);
+	INSERT INTO sim_charges VALUES ('k1', 'ch_old', 1250, 'EUR', 'tok_visa', 'order 42',
+		'` + paramsHashOfVisa + `', 1764504000000)`)
+	old.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.Open(path)
+	if err != nil {
+		t.Fatalf("Open an old ledger: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if got := mustCharges(t, s); len(got) != 1 || got[0].ID != "ch_old" {
+		t.Fatalf("ledger = %+v, want the old charge", got)
+	}
+	again, err := s.Charge(context.Background(), visa("k1"))
+	if err != nil || again.ID != "ch_old" {
+		t.Errorf("same charge after the migration = %+v, %v, want ch_old", again, err)
+	}
+	mustSetFaults(t, s, sim.Faults{NoDedupe: true})
+	if _, err := s.Charge(context.Background(), visa("k1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(mustCharges(t, s)); got != 2 {
+		t.Errorf("ledger rows = %d, want 2", got)
+	}
+}
+
+// paramsHashOfVisa is the simulator's parameter hash of visa(key): its
+// amount, currency, source and description as a JSON array.
+var paramsHashOfVisa = func() string {
+	sum := sha256.Sum256([]byte(`[1250,"EUR","tok_visa","order 42"]`))
+	return hex.EncodeToString(sum[:])
+}()

@@ -1,0 +1,93 @@
+package payment_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+// Every limit the request parser enforces, at the limit (accepted) and one
+// past it (refused): an off-by-one in either direction fails here.
+func TestRequestLimitBoundaries(t *testing.T) {
+	body := func(amount int64, source, description string, metadata map[string]string) string {
+		b := fmt.Sprintf(`{"amount":%d,"currency":"EUR","source":%q,"description":%q`, amount, source, description)
+		if metadata != nil {
+			var kv []string
+			for k, v := range metadata {
+				kv = append(kv, fmt.Sprintf("%q:%q", k, v))
+			}
+			b += `,"metadata":{` + strings.Join(kv, ",") + `}`
+		}
+		return b + "}"
+	}
+	keys := func(n int) map[string]string {
+		m := map[string]string{}
+		for i := range n {
+			m[fmt.Sprintf("k%d", i)] = "v"
+		}
+		return m
+	}
+	// Characters, not bytes: é is two bytes in UTF-8.
+	chars := func(n int) string { return strings.Repeat("é", n) }
+	nested := func(depth int) string {
+		return `{"amount":100,"currency":"EUR","source":"tok_visa","metadata":` +
+			strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`
+	}
+	tests := []struct {
+		name      string
+		at, past  string
+		pastError string // what the refusal names
+	}{
+		{"amount", body(payment.MaxAmount, "tok_visa", "", nil), body(payment.MaxAmount+1, "tok_visa", "", nil), "too large"},
+		{"amount, low end", body(1, "tok_visa", "", nil), body(0, "tok_visa", "", nil), "positive"},
+		{"source length", body(100, strings.Repeat("s", payment.MaxSourceLen), "", nil), body(100, strings.Repeat("s", payment.MaxSourceLen+1), "", nil), "source"},
+		{"description length", body(100, "tok_visa", chars(payment.MaxDescriptionLen), nil), body(100, "tok_visa", chars(payment.MaxDescriptionLen+1), nil), "description"},
+		{"metadata keys", body(100, "tok_visa", "", keys(payment.MaxMetadataKeys)), body(100, "tok_visa", "", keys(payment.MaxMetadataKeys+1)), "metadata"},
+		{"metadata key length", body(100, "tok_visa", "", map[string]string{chars(payment.MaxMetadataKeyLen): "v"}),
+			body(100, "tok_visa", "", map[string]string{chars(payment.MaxMetadataKeyLen + 1): "v"}), "metadata keys"},
+		{"metadata value length", body(100, "tok_visa", "", map[string]string{"k": chars(payment.MaxMetadataValueLen)}),
+			body(100, "tok_visa", "", map[string]string{"k": chars(payment.MaxMetadataValueLen + 1)}), "metadata values"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := payment.ParseRequest([]byte(tt.at)); err != nil {
+				t.Errorf("at the limit: %v, want it accepted", err)
+			}
+			_, err := payment.ParseRequest([]byte(tt.past))
+			if payment.ErrorCode(err) != payment.EINVALID || !strings.Contains(payment.ErrorMessage(err), tt.pastError) {
+				t.Errorf("one past the limit: %v, want an invalid request naming %q", err, tt.pastError)
+			}
+		})
+	}
+
+	// Nesting: the body is depth 1, so a value may open 7 more levels. At
+	// the limit the refusal is the schema's (metadata is no array), one past
+	// it the depth's.
+	const tooDeep = "nested too deeply"
+	if _, err := payment.ParseRequest([]byte(nested(7))); err == nil || strings.Contains(payment.ErrorMessage(err), tooDeep) {
+		t.Errorf("nesting at the limit: %v, want a schema error, not %q", err, tooDeep)
+	}
+	if _, err := payment.ParseRequest([]byte(nested(8))); !strings.Contains(payment.ErrorMessage(err), tooDeep) {
+		t.Errorf("nesting one past the limit: %v, want %q", err, tooDeep)
+	}
+
+	// The Idempotency-Key: 1 to MaxKeyLen visible ASCII characters.
+	for _, tt := range []struct {
+		key  string
+		want bool
+	}{
+		{strings.Repeat("k", payment.MaxKeyLen), true},
+		{strings.Repeat("k", payment.MaxKeyLen+1), false},
+		{"k", true},
+		{"", false},
+		{"!~", true},   // the first and last visible ASCII characters
+		{"a b", false}, // space is not visible
+		{"a\x7f", false},
+	} {
+		if got := payment.ValidKey(tt.key); got != tt.want {
+			t.Errorf("ValidKey(%.20q, %d bytes) = %v, want %v", tt.key, len(tt.key), got, tt.want)
+		}
+	}
+}
