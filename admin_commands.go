@@ -3,22 +3,27 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/oncepay/oncepay/sqlitestore"
 )
 
-// runAPIKey manages merchant API keys: create prints the secret once, alone
-// on the last line of stdout, so a script can take it with tail -n 1.
-func runAPIKey(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	const synopsis = "apikey create NAME | list | revoke ID [--db FILE]"
+// storeCommand parses a store subcommand's flags (the store's and those
+// register adds) and runs do on the open store with the subcommand and its
+// positional arguments.
+func storeCommand(ctx context.Context, name, synopsis string, args []string, getenv func(string) string, stderr io.Writer,
+	register func(*flag.FlagSet), do func(db *sqlitestore.DB, sub string, pos []string) error) error {
 	if len(args) == 0 {
 		return fmt.Errorf("usage: oncepay %s", synopsis)
 	}
 	sub, args := args[0], args[1:]
 	var cfg config
-	fs := newFlagSet("apikey "+sub, synopsis, stderr)
+	fs := newFlagSet(name+" "+sub, synopsis, stderr)
 	cfg.registerStore(fs)
+	register(fs)
 	pos, err := parseFlags(fs, args, getenv)
 	if err != nil {
 		return err
@@ -28,37 +33,113 @@ func runAPIKey(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	defer db.Close()
+	return do(db, sub, pos)
+}
 
-	switch {
-	case sub == "create" && len(pos) == 1:
-		k, secret, err := db.CreateAPIKey(ctx, pos[0], time.Now())
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "created API key %s (%s); its secret is shown once, below:\n%s\n", k.ID, k.Name, secret)
-		return nil
-	case sub == "list" && len(pos) == 0:
-		keys, err := db.APIKeys(ctx)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%-22s %-24s %-20s %s\n", "ID", "NAME", "CREATED", "REVOKED")
-		for _, k := range keys {
-			revoked := "-"
-			if !k.RevokedAt.IsZero() {
-				revoked = k.RevokedAt.Format(time.RFC3339)
+// runMerchant manages merchants: create prints the new id alone on the last
+// line of stdout, so a script can take it with tail -n 1.
+func runMerchant(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	const synopsis = "merchant create NAME | list [--db FILE]"
+	return storeCommand(ctx, "merchant", synopsis, args, getenv, stderr, func(*flag.FlagSet) {}, func(db *sqlitestore.DB, sub string, pos []string) error {
+		switch {
+		case sub == "create" && len(pos) == 1:
+			m, err := db.CreateMerchant(ctx, pos[0], time.Now())
+			if err != nil {
+				return err
 			}
-			fmt.Fprintf(stdout, "%-22s %-24s %-20s %s\n", k.ID, k.Name, k.CreatedAt.Format(time.RFC3339), revoked)
+			fmt.Fprintf(stdout, "created merchant %s (%s); make its API keys with oncepay apikey create --merchant %s\n%s\n", m.ID, m.Name, m.ID, m.ID)
+			return nil
+		case sub == "list" && len(pos) == 0:
+			merchants, err := db.Merchants(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%-22s %-24s %-20s %s\n", "ID", "NAME", "CREATED", "LIVE KEYS")
+			for _, m := range merchants {
+				fmt.Fprintf(stdout, "%-22s %-24s %-20s %d\n", m.ID, m.Name, m.CreatedAt.Format(time.RFC3339), m.LiveKeys)
+			}
+			return nil
 		}
-		return nil
-	case sub == "revoke" && len(pos) == 1:
-		if err := db.RevokeAPIKey(ctx, pos[0], time.Now()); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "revoked %s\n", pos[0])
-		return nil
+		return errors.New("usage: oncepay " + synopsis)
+	})
+}
+
+// runAPIKey manages merchant API keys: create prints the secret once, alone
+// on the last line of stdout, so a script can take it with tail -n 1.
+// "apikey create NAME", the form from before merchants, makes a merchant
+// NAME with one key.
+func runAPIKey(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	const synopsis = "apikey create --merchant ID [--name NAME] | create NAME | list | revoke ID [--db FILE]"
+	var merchant, name string
+	register := func(fs *flag.FlagSet) {
+		fs.StringVar(&merchant, "merchant", "", "create: the merchant the key belongs to")
+		fs.StringVar(&name, "name", "", "create: a name for the key, such as where it is deployed")
 	}
-	return errors.New("usage: oncepay " + synopsis)
+	return storeCommand(ctx, "apikey", synopsis, args, getenv, stderr, register, func(db *sqlitestore.DB, sub string, pos []string) error {
+		switch {
+		case sub == "create" && merchant == "" && len(pos) == 1:
+			if err := warnSameName(ctx, db, pos[0], stderr); err != nil {
+				return err
+			}
+			m, err := db.CreateMerchant(ctx, pos[0], time.Now())
+			if err != nil {
+				return err
+			}
+			merchant = m.ID
+			if name == "" {
+				name = pos[0]
+			}
+			fallthrough
+		case sub == "create" && merchant != "" && len(pos) == 0:
+			if name == "" {
+				name = "default"
+			}
+			k, secret, err := db.CreateAPIKey(ctx, merchant, name, time.Now())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "created API key %s (%s) of merchant %s; its secret is shown once, below:\n%s\n", k.ID, k.Name, k.MerchantID, secret)
+			return nil
+		case sub == "list" && len(pos) == 0:
+			keys, err := db.APIKeys(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%-22s %-22s %-24s %-20s %s\n", "ID", "MERCHANT", "NAME", "CREATED", "REVOKED")
+			for _, k := range keys {
+				revoked := "-"
+				if !k.RevokedAt.IsZero() {
+					revoked = k.RevokedAt.Format(time.RFC3339)
+				}
+				fmt.Fprintf(stdout, "%-22s %-22s %-24s %-20s %s\n", k.ID, k.MerchantID, k.Name, k.CreatedAt.Format(time.RFC3339), revoked)
+			}
+			return nil
+		case sub == "revoke" && len(pos) == 1:
+			if err := db.RevokeAPIKey(ctx, pos[0], time.Now()); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "revoked %s\n", pos[0])
+			return nil
+		}
+		return errors.New("usage: oncepay " + synopsis)
+	})
+}
+
+// warnSameName warns that "apikey create NAME" makes a new merchant even if
+// one is named NAME already: a rotated key made that way would not share the
+// old key's payments, the very mistake merchants exist to prevent.
+func warnSameName(ctx context.Context, db *sqlitestore.DB, name string, stderr io.Writer) error {
+	merchants, err := db.Merchants(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range merchants {
+		if m.Name == name {
+			fmt.Fprintf(stderr, "oncepay: merchant %s is also named %q; this makes a new merchant whose key shares none of its payments.\n"+
+				"To rotate a key of %s instead: oncepay apikey create --merchant %s\n", m.ID, name, m.ID, m.ID)
+		}
+	}
+	return nil
 }
 
 // runBackup is "oncepay backup --to FILE": a consistent copy of the live

@@ -36,7 +36,11 @@ Usage:
   oncepay reconcile             settle stale attempts once, then exit
   oncepay purge                 delete final attempts past the retention once, then exit
   oncepay sim-provider          the simulated provider as its own HTTP server
-  oncepay apikey create NAME    make a merchant API key (printed once)
+  oncepay merchant create NAME  make a merchant: the scope of its payments and keys
+  oncepay merchant list         list merchants
+  oncepay apikey create --merchant ID [--name NAME]
+                                make an API key of a merchant (its secret printed once)
+  oncepay apikey create NAME    make a merchant NAME with one API key
   oncepay apikey list           list API keys
   oncepay apikey revoke ID      revoke an API key
   oncepay backup --to FILE      copy the live database consistently
@@ -65,6 +69,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runPurge(ctx, args, getenv, stdout, stderr)
 	case "sim-provider":
 		return runSimProvider(ctx, args, getenv, stderr)
+	case "merchant":
+		return runMerchant(ctx, args, getenv, stdout, stderr)
 	case "apikey":
 		return runAPIKey(ctx, args, getenv, stdout, stderr)
 	case "backup":

@@ -74,6 +74,67 @@ func TestAPIKeyCommands(t *testing.T) {
 	}
 }
 
+// merchant create prints the id alone on the last line; a merchant has any
+// number of keys, listed with it; a key of an unknown merchant is refused.
+func TestMerchantCommands(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "keys.db")
+	cli := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(context.Background(), append(args, "--db", dbPath), env(nil), &out, io.Discard)
+		return out.String(), err
+	}
+	last := func(out string) string {
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		return lines[len(lines)-1]
+	}
+	out, err := cli("merchant", "create", "Corner Shop")
+	merchant := last(out)
+	if err != nil || !strings.HasPrefix(merchant, "mer_") {
+		t.Fatalf("merchant create = %q, %v; want the id alone on the last line", out, err)
+	}
+	var secrets []string
+	for _, name := range []string{"till", "web"} {
+		out, err := cli("apikey", "create", "--merchant", merchant, "--name", name)
+		if err != nil || !strings.HasPrefix(last(out), "opk_") {
+			t.Fatalf("apikey create --merchant = %q, %v", out, err)
+		}
+		secrets = append(secrets, last(out))
+	}
+	if secrets[0] == secrets[1] {
+		t.Errorf("two keys share a secret")
+	}
+	if out, err := cli("apikey", "create", "--merchant", "mer_nosuch"); err == nil || !strings.Contains(err.Error(), "mer_nosuch") {
+		t.Errorf("apikey create for an unknown merchant = %q, %v; want an error naming it", out, err)
+	}
+	if out, err := cli("apikey", "create"); err == nil {
+		t.Errorf("apikey create with neither NAME nor --merchant = %q, want a usage error", out)
+	}
+	out, _ = cli("apikey", "list")
+	if strings.Count(out, merchant) != 2 || !strings.Contains(out, "till") || !strings.Contains(out, "web") {
+		t.Errorf("apikey list = %q, want both keys of %s", out, merchant)
+	}
+	out, _ = cli("merchant", "list")
+	if !strings.Contains(out, merchant) || !strings.Contains(out, "Corner Shop") || !strings.HasSuffix(strings.TrimSpace(out), " 2") {
+		t.Errorf("merchant list = %q, want Corner Shop with 2 live keys", out)
+	}
+	// The form from before merchants makes a merchant with one key.
+	out, err = cli("apikey", "create", "Old Style")
+	if err != nil || !strings.HasPrefix(last(out), "opk_") {
+		t.Fatalf("apikey create NAME = %q, %v", out, err)
+	}
+	if out, _ := cli("merchant", "list"); !strings.Contains(out, "Old Style") {
+		t.Errorf("merchant list = %q, want the merchant apikey create NAME made", out)
+	}
+	// Made again under a taken name, it warns that this is no rotation.
+	var warning bytes.Buffer
+	if err := run(context.Background(), []string{"apikey", "create", "Corner Shop", "--db", dbPath}, env(nil), io.Discard, &warning); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(warning.String(), "apikey create --merchant "+merchant) {
+		t.Errorf("stderr = %q, want a warning pointing at --merchant %s", warning.String(), merchant)
+	}
+}
+
 // demo serves on the address it is given and stops cleanly when its
 // context ends.
 func TestDemoServesAndStops(t *testing.T) {

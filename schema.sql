@@ -4,7 +4,7 @@
 -- One row per (merchant, Idempotency-Key): the claim is the INSERT OR IGNORE
 -- of this primary key, and the final response is stored here for replays.
 CREATE TABLE IF NOT EXISTS payment_attempts (
-    scope            TEXT    NOT NULL,  -- the API key id; "demo" in demo mode
+    scope            TEXT    NOT NULL,  -- the merchant id; "demo" in demo mode
     idempotency_key  TEXT    NOT NULL,
     id               TEXT    NOT NULL UNIQUE,  -- public payment id, pay_...
     request_hash     BLOB    NOT NULL,  -- SHA-256 of the canonical request
@@ -32,10 +32,22 @@ CREATE INDEX IF NOT EXISTS payment_attempts_status_updated
 -- page lists newest first by id (ids lead with the time) and finds a charge
 -- id by scanning, which the retention keeps cheap.
 
--- Merchant API keys. Only a SHA-256 of the secret is kept: the secret is
--- 256 random bits, so a fast hash cannot be brute-forced.
+-- Merchants: the scope of payments. A merchant keeps its idempotency keys
+-- and payments across API key rotations. A merchant made from an API key by
+-- the migration of an older database has that key's id as its own, so its
+-- payments keep their scope and their downstream keys.
+CREATE TABLE IF NOT EXISTS merchants (
+    id         TEXT    PRIMARY KEY,  -- mer_... (key_... if migrated)
+    name       TEXT    NOT NULL,
+    created_at INTEGER NOT NULL
+);
+
+-- Merchant API keys, any number per merchant. Only a SHA-256 of the secret
+-- is kept: the secret is 256 random bits, so a fast hash cannot be
+-- brute-forced.
 CREATE TABLE IF NOT EXISTS api_keys (
-    id          TEXT    PRIMARY KEY,  -- key_..., the scope of its payments
+    id          TEXT    PRIMARY KEY,  -- key_...
+    merchant_id TEXT    NOT NULL REFERENCES merchants (id),
     name        TEXT    NOT NULL,
     secret_hash BLOB    NOT NULL UNIQUE,
     created_at  INTEGER NOT NULL,

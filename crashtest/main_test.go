@@ -196,19 +196,21 @@ func runCLI(t *testing.T, args ...string) string {
 	return stdout.String()
 }
 
-// merchant is an API key: its id is the scope of its payments.
+// merchant is a merchant with one API key: its id is the scope of its
+// payments.
 type merchant struct{ scope, secret string }
 
-// createAPIKey makes a merchant key in db with "oncepay apikey create",
-// which prints the id on its first line and the secret alone on its last.
+// createAPIKey makes a merchant in db with "oncepay merchant create" (its id
+// alone on the last line) and a key of it with "oncepay apikey create
+// --merchant" (the secret alone on the last line).
 func createAPIKey(t *testing.T, db string) merchant {
 	t.Helper()
-	lines := strings.Split(strings.TrimSpace(runCLI(t, "apikey", "create", "crashtest", "--db", db)), "\n")
-	var m merchant
-	if _, err := fmt.Sscanf(lines[0], "created API key %s", &m.scope); err != nil {
-		t.Fatalf("apikey create printed %q: %v", lines[0], err)
+	last := func(out string) string {
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		return lines[len(lines)-1]
 	}
-	m.secret = lines[len(lines)-1]
+	m := merchant{scope: last(runCLI(t, "merchant", "create", "crashtest", "--db", db))}
+	m.secret = last(runCLI(t, "apikey", "create", "--merchant", m.scope, "--db", db))
 	return m
 }
 

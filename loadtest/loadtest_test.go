@@ -71,12 +71,9 @@ func TestScenariosSmoke(t *testing.T) {
 // not vacuous.
 func TestCheckFindsChargesByScope(t *testing.T) {
 	url, e := startServer(t, true)
-	k, secret, err := e.DB.CreateAPIKey(context.Background(), "bench", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	scope, _, secret := e.Merchant(t, "bench")
 	cfg := smoke(url, loadtest.Mixed)
-	cfg.APIKey, cfg.Scope, cfg.AdminToken = secret, k.ID, adminToken
+	cfg.APIKey, cfg.Scope, cfg.AdminToken = secret, scope, adminToken
 	rep, err := loadtest.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -100,17 +100,29 @@ type Store interface {
 
 // KeyStore authenticates merchant API keys.
 type KeyStore interface {
-	// Authenticate returns the scope of a live API key, or an EUNAUTHORIZED error.
+	// Authenticate returns the scope (the merchant id) of a live API key, or
+	// an EUNAUTHORIZED error.
 	Authenticate(ctx context.Context, secret string) (scope string, err error)
 }
 
-// APIKey is a merchant's credential. Its id is the scope of its payments;
-// its secret is shown once at creation and only its hash is stored.
-type APIKey struct {
+// Merchant is an account: the scope of its payments and idempotency keys,
+// which every one of its API keys shares, so a key can be rotated without a
+// retry across the switch being taken for a new payment.
+type Merchant struct {
 	ID        string
 	Name      string
 	CreatedAt time.Time
-	RevokedAt time.Time // zero while live
+	LiveKeys  int // API keys not revoked
+}
+
+// APIKey is a merchant's credential; its secret is shown once at creation
+// and only its hash is stored.
+type APIKey struct {
+	ID         string
+	MerchantID string
+	Name       string
+	CreatedAt  time.Time
+	RevokedAt  time.Time // zero while live
 }
 
 // AttemptFilter selects attempts for the admin page.

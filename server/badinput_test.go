@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"database/sql"
+	"encoding/base64"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -118,17 +119,28 @@ func (e *env) resetData() {
 func TestUnauthorized(t *testing.T) {
 	e := newEnv(t, envOptions{auth: true})
 	_, live := e.apiKey("shop")
-	scope, revoked := e.apiKey("old")
-	if err := e.DB.RevokeAPIKey(context.Background(), scope, time.Now()); err != nil {
+	_, keyID, revoked := e.Merchant(t, "old")
+	if err := e.DB.RevokeAPIKey(context.Background(), keyID, time.Now()); err != nil {
 		t.Fatal(err)
 	}
+	basic := func(user, password string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))
+	}
 	for name, headers := range map[string][]string{
-		"no header":     nil,
-		"unknown key":   {"Authorization", "Bearer opk_NOTAKEY"},
-		"revoked key":   {"Authorization", "Bearer " + revoked},
-		"basic auth":    {"Authorization", "Basic " + live},
-		"empty bearer":  {"Authorization", "Bearer "},
-		"key as cookie": {"Cookie", "key=" + live},
+		"no header":               nil,
+		"unknown key":             {"Authorization", "Bearer opk_NOTAKEY"},
+		"revoked key":             {"Authorization", "Bearer " + revoked},
+		"revoked key as basic":    {"Authorization", basic(revoked, "")},
+		"basic, not base64":       {"Authorization", "Basic " + live},
+		"basic with a password":   {"Authorization", basic(live, "x")},
+		"basic, key as password":  {"Authorization", basic("", live)},
+		"empty bearer":            {"Authorization", "Bearer "},
+		"key as cookie":           {"Cookie", "key=" + live},
+		"key in another header":   {"X-Api-Key", live},
+		"bearer, unknown scheme":  {"Authorization", "Token " + live},
+		"basic, unknown key":      {"Authorization", basic("opk_NOTAKEY", "")},
+		"basic, empty user":       {"Authorization", basic("", "")},
+		"bearer with basic's key": {"Authorization", "Bearer " + basic(live, "")},
 	} {
 		r := e.pay("unauth-"+name, visa, headers...)
 		if r.Status != 401 || r.problemType() != payment.ProblemUnauthorized || r.Header.Get("WWW-Authenticate") == "" {
@@ -140,6 +152,10 @@ func TestUnauthorized(t *testing.T) {
 	}
 	if r := e.pay("auth-ok", visa, "Authorization", "Bearer "+live); r.Status != 201 {
 		t.Errorf("live key: %d %s, want 201", r.Status, r.Body)
+	}
+	// As Stripe's clients send it: the key as the user name, no password.
+	if r := e.pay("auth-ok", visa, "Authorization", basic(live, "")); r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("live key as HTTP Basic: %d %s, want the replayed 201", r.Status, r.Body)
 	}
 }
 

@@ -137,14 +137,12 @@ func (e *env) counts() map[payment.Status]int {
 	return c
 }
 
-// apiKey creates a merchant API key and returns its scope and secret.
+// apiKey creates a merchant with one API key and returns its scope and the
+// key's secret.
 func (e *env) apiKey(name string) (scope, secret string) {
 	e.t.Helper()
-	k, secret, err := e.DB.CreateAPIKey(context.Background(), name, time.Now())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return k.ID, secret
+	scope, _, secret = e.Merchant(e.t, name)
+	return scope, secret
 }
 
 const visa = `{"amount":1000,"currency":"EUR","source":"tok_visa"}`

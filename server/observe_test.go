@@ -156,7 +156,7 @@ func TestMetricsAndLogs(t *testing.T) {
 	if requests < 10 {
 		t.Errorf("request log lines = %d, want one per request", requests)
 	}
-	if !strings.Contains(out, `"key_hash":"`) || !strings.Contains(out, `"merchant":"key_`) {
+	if !strings.Contains(out, `"key_hash":"`) || !strings.Contains(out, `"merchant":"mer_`) {
 		t.Errorf("request lines lack key_hash or merchant")
 	}
 }

@@ -23,9 +23,9 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		scope := DemoScope
 		if s.Keys != nil {
-			secret, ok := bearer(r)
+			secret, ok := apiKey(r)
 			if !ok {
-				s.writeError(w, r, payment.Errorf(payment.EUNAUTHORIZED, "Send your API key as \"Authorization: Bearer <key>\"."))
+				s.writeError(w, r, payment.Errorf(payment.EUNAUTHORIZED, "Send your API key as \"Authorization: Bearer <key>\" (or as the user name of HTTP Basic, with no password)."))
 				return
 			}
 			var err error
@@ -37,6 +37,16 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 		infoOf(r).scope = scope
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), scopeKey, scope)))
 	})
+}
+
+// apiKey is the API key a request carries: as a Bearer token, or as the
+// user name of HTTP Basic with an empty password, the way Stripe's clients
+// send theirs.
+func apiKey(r *http.Request) (string, bool) {
+	if user, password, ok := r.BasicAuth(); ok {
+		return user, user != "" && password == ""
+	}
+	return bearer(r)
 }
 
 func bearer(r *http.Request) (string, bool) {

@@ -14,7 +14,7 @@ var _ payment.AdminStore = (*DB)(nil)
 // listedColumns are attemptColumns of a joined with its merchant's name.
 const listedColumns = `a.scope, a.idempotency_key, a.id, a.request_hash, a.request, a.amount, a.currency,
 	a.status, a.fence, a.lease_expires_at, a.response_status, a.response_body, a.charge_id,
-	a.failure_code, a.created_at, a.updated_at, coalesce(k.name, a.scope)`
+	a.failure_code, a.created_at, a.updated_at, coalesce(m.name, a.scope)`
 
 // ListAttempts returns attempts of every merchant, newest first.
 func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]payment.ListedAttempt, error) {
@@ -30,7 +30,7 @@ func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]paym
 		where = append(where, `(a.idempotency_key >= ? AND a.idempotency_key < ? OR a.id = ? OR a.charge_id = ?)`)
 		args = append(args, f.Search, f.Search+"\U0010FFFF", f.Search, f.Search)
 	}
-	query := `SELECT ` + listedColumns + ` FROM payment_attempts a LEFT JOIN api_keys k ON k.id = a.scope`
+	query := `SELECT ` + listedColumns + ` FROM payment_attempts a LEFT JOIN merchants m ON m.id = a.scope`
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, ` AND `)
 	}
@@ -41,7 +41,7 @@ func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]paym
 // AttemptByPaymentID returns the attempt with payment id id, in any scope.
 func (db *DB) AttemptByPaymentID(ctx context.Context, id string) (*payment.ListedAttempt, error) {
 	l, err := scanListed(db.r.QueryRowContext(ctx, `SELECT `+listedColumns+`
-		FROM payment_attempts a LEFT JOIN api_keys k ON k.id = a.scope WHERE a.id = ?`, id))
+		FROM payment_attempts a LEFT JOIN merchants m ON m.id = a.scope WHERE a.id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, payment.Errorf(payment.ENOTFOUND, "No such attempt.")
 	}

@@ -17,16 +17,57 @@ var _ payment.KeyStore = (*DB)(nil)
 // secretPrefix marks oncepay secrets, so a leaked one is recognisable.
 const secretPrefix = "opk_"
 
-// CreateAPIKey makes a key named name and returns it with its secret, which
-// is not stored and cannot be shown again.
-func (db *DB) CreateAPIKey(ctx context.Context, name string, now time.Time) (payment.APIKey, string, error) {
-	k := payment.APIKey{ID: "key_" + strings.ToLower(rand.Text()[:16]), Name: name, CreatedAt: now.UTC().Truncate(time.Millisecond)}
-	secret := secretPrefix + rand.Text() + rand.Text() // 260 random bits
+// newID returns prefix and 80 random bits in lower-case base32.
+func newID(prefix string) string { return prefix + strings.ToLower(rand.Text()[:16]) }
+
+// CreateMerchant makes a merchant named name.
+func (db *DB) CreateMerchant(ctx context.Context, name string, now time.Time) (payment.Merchant, error) {
+	m := payment.Merchant{ID: newID("mer_"), Name: name, CreatedAt: now.UTC().Truncate(time.Millisecond)}
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, name, secret_hash, created_at) VALUES (?, ?, ?, ?)`,
-			k.ID, k.Name, hashSecret(secret), ms(k.CreatedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO merchants (id, name, created_at) VALUES (?, ?, ?)`, m.ID, m.Name, ms(m.CreatedAt))
 		return err
 	})
+	if err != nil {
+		return payment.Merchant{}, err
+	}
+	return m, nil
+}
+
+// Merchants lists every merchant with its number of live keys, oldest first.
+func (db *DB) Merchants(ctx context.Context) ([]payment.Merchant, error) {
+	return queryAll(ctx, db.r, func(row scanner) (*payment.Merchant, error) {
+		var (
+			m       payment.Merchant
+			created int64
+		)
+		err := row.Scan(&m.ID, &m.Name, &created, &m.LiveKeys)
+		m.CreatedAt = time.UnixMilli(created).UTC()
+		return &m, err
+	}, `SELECT m.id, m.name, m.created_at,
+		(SELECT count(*) FROM api_keys k WHERE k.merchant_id = m.id AND k.revoked_at IS NULL)
+		FROM merchants m ORDER BY m.created_at, m.id`)
+}
+
+// CreateAPIKey makes a key named name for the merchant merchantID and
+// returns it with its secret, which is not stored and cannot be shown again.
+// An unknown merchant is an ENOTFOUND error.
+func (db *DB) CreateAPIKey(ctx context.Context, merchantID, name string, now time.Time) (payment.APIKey, string, error) {
+	k := payment.APIKey{ID: newID("key_"), MerchantID: merchantID, Name: name, CreatedAt: now.UTC().Truncate(time.Millisecond)}
+	secret := secretPrefix + rand.Text() + rand.Text() // 260 random bits
+	var n int64
+	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, merchant_id, name, secret_hash, created_at)
+			SELECT ?, id, ?, ?, ? FROM merchants WHERE id = ?`,
+			k.ID, k.Name, hashSecret(secret), ms(k.CreatedAt), merchantID)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err == nil && n == 0 {
+		err = payment.Errorf(payment.ENOTFOUND, "No merchant %q.", merchantID)
+	}
 	if err != nil {
 		return payment.APIKey{}, "", err
 	}
@@ -35,28 +76,20 @@ func (db *DB) CreateAPIKey(ctx context.Context, name string, now time.Time) (pay
 
 // APIKeys lists every key, revoked ones included, oldest first.
 func (db *DB) APIKeys(ctx context.Context) ([]payment.APIKey, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT id, name, created_at, revoked_at FROM api_keys ORDER BY created_at, id`)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	defer rows.Close()
-	var keys []payment.APIKey
-	for rows.Next() {
+	return queryAll(ctx, db.r, func(row scanner) (*payment.APIKey, error) {
 		var (
 			k       payment.APIKey
 			created int64
 			revoked sql.NullInt64
 		)
-		if err := rows.Scan(&k.ID, &k.Name, &created, &revoked); err != nil {
-			return nil, err
-		}
+		err := row.Scan(&k.ID, &k.MerchantID, &k.Name, &created, &revoked)
 		k.CreatedAt, k.RevokedAt = time.UnixMilli(created).UTC(), fromMS(revoked)
-		keys = append(keys, k)
-	}
-	return keys, mapErr(rows.Err())
+		return &k, err
+	}, `SELECT id, merchant_id, name, created_at, revoked_at FROM api_keys ORDER BY created_at, id`)
 }
 
-// RevokeAPIKey revokes the key id; its requests get 401 from then on.
+// RevokeAPIKey revokes the key id; its requests get 401 from then on. The
+// merchant's other keys, payments and idempotency keys are untouched.
 func (db *DB) RevokeAPIKey(ctx context.Context, id string, now time.Time) error {
 	var n int64
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -73,21 +106,21 @@ func (db *DB) RevokeAPIKey(ctx context.Context, id string, now time.Time) error 
 	return err
 }
 
-// Authenticate returns the scope (key id) of a live secret.
+// Authenticate returns the scope of a live secret: its merchant's id.
 func (db *DB) Authenticate(ctx context.Context, secret string) (string, error) {
 	if !strings.HasPrefix(secret, secretPrefix) {
 		return "", payment.Errorf(payment.EUNAUTHORIZED, "Unknown or revoked API key.")
 	}
-	var id string
-	err := db.r.QueryRowContext(ctx, `SELECT id FROM api_keys WHERE secret_hash = ? AND revoked_at IS NULL`,
-		hashSecret(secret)).Scan(&id)
+	var merchant string
+	err := db.r.QueryRowContext(ctx, `SELECT merchant_id FROM api_keys WHERE secret_hash = ? AND revoked_at IS NULL`,
+		hashSecret(secret)).Scan(&merchant)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", payment.Errorf(payment.EUNAUTHORIZED, "Unknown or revoked API key.")
 	}
 	if err != nil {
 		return "", mapErr(err)
 	}
-	return id, nil
+	return merchant, nil
 }
 
 func hashSecret(secret string) []byte {

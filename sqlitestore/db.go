@@ -71,6 +71,10 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
+	if err := migrate(ctx, w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("migrate %s: %w", path, err)
+	}
 	if _, err := w.ExecContext(ctx, schema); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("apply schema to %s: %w", path, err)

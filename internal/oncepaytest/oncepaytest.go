@@ -116,3 +116,25 @@ func (e *Env) Calls() map[string]sim.Calls {
 	}
 	return m
 }
+
+// Merchant makes a merchant named name with one API key, and returns the
+// merchant's id (the scope of its payments), the key's id and its secret.
+func (e *Env) Merchant(tb testing.TB, name string) (scope, keyID, secret string) {
+	tb.Helper()
+	m, err := e.DB.CreateMerchant(context.Background(), name, time.Now())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	keyID, secret = e.APIKey(tb, m.ID, name)
+	return m.ID, keyID, secret
+}
+
+// APIKey makes one more API key of the merchant scope.
+func (e *Env) APIKey(tb testing.TB, scope, name string) (keyID, secret string) {
+	tb.Helper()
+	k, secret, err := e.DB.CreateAPIKey(context.Background(), scope, name, time.Now())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return k.ID, secret
+}
