@@ -1,0 +1,12 @@
+//go:build mutation
+
+package crashtest
+
+import "time"
+
+// The run each mutant of scripts/mutate.sh gets: every crash test, briefly.
+const (
+	killsPerPoint = 10
+	randomKills   = 2
+	busyFor       = 3 * time.Second
+)
