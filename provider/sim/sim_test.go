@@ -242,7 +242,7 @@ func TestLookup(t *testing.T) {
 				t.Fatalf("Charge: %v", err)
 			}
 			mustSetFaults(t, s, tt.faults)
-			got, found, err := s.Lookup(ctx, tt.key)
+			got, found, err := s.Lookup(ctx, payment.LookupRequest{IdempotencyKey: tt.key})
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
 			}
