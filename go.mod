@@ -8,6 +8,7 @@ require (
 	github.com/gorilla/mux v1.8.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/robfig/cron/v3 v3.0.1
+	github.com/stripe/stripe-go/v85 v85.0.0
 	modernc.org/sqlite v1.62.0
 )
 

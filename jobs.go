@@ -59,7 +59,7 @@ func (l cronLogger) Error(err error, msg string, kv ...any) {
 // runReconcile is "oncepay reconcile": one pass now, for systemd timers and
 // operators.
 func runReconcile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var cfg config
+	cfg := config{stripeKey: getenv("STRIPE_SECRET_KEY")}
 	fs := newFlagSet("reconcile", "reconcile [flags]", stderr)
 	cfg.registerStore(fs)
 	cfg.registerProvider(fs)

@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/remote"
 	"github.com/oncepay/oncepay/provider/sim"
+	"github.com/oncepay/oncepay/provider/stripe"
 	"github.com/oncepay/oncepay/server"
 	"github.com/oncepay/oncepay/sqlitestore"
 	"github.com/oncepay/oncepay/workshop"
@@ -27,6 +28,9 @@ type config struct {
 	addr              string
 	db                string
 	provider          string
+	stripeURL         string
+	stripeKey         string // only ever from STRIPE_SECRET_KEY, never a flag
+	demo              bool
 	simDB             string
 	simFaults         sim.Faults
 	providerTimeout   time.Duration
@@ -51,7 +55,8 @@ func (c *config) registerWritePath(fs *flag.FlagSet) {
 }
 
 func (c *config) registerProvider(fs *flag.FlagSet) {
-	fs.StringVar(&c.provider, "provider", "sim", `payment provider: "sim" (simulated, in process) or the URL of a running "oncepay sim-provider"`)
+	fs.StringVar(&c.provider, "provider", "sim", `payment provider: "sim" (simulated, in process), "stripe" (secret key from STRIPE_SECRET_KEY), or the URL of a running "oncepay sim-provider"`)
+	fs.StringVar(&c.stripeURL, "stripe-url", "", `with --provider stripe: the API's base URL, for a test server such as stripe-mock (default Stripe's own)`)
 	fs.StringVar(&c.simDB, "sim-db", "", `ledger file of the in-process simulated provider (default: the --db name with "-sim" added)`)
 	registerFaults(fs, &c.simFaults)
 	fs.DurationVar(&c.providerTimeout, "provider-timeout", 10*time.Second, "longest wait for one provider call; past it the outcome is unknown (503)")
@@ -82,7 +87,44 @@ func (c *config) validate() error {
 	if c.simDB == "" {
 		c.simDB = strings.TrimSuffix(c.db, ".db") + "-sim.db"
 	}
+	// A key oncepay forgot must not reach the provider as new: oncepay keeps
+	// keys no longer than the provider does.
+	if c.provider == "stripe" && c.retention > stripe.KeyWindow {
+		return fmt.Errorf("--retention (%s) must not exceed Stripe's idempotency key window (%s): a retry after oncepay forgot its key would reach Stripe as a new payment", c.retention, stripe.KeyWindow)
+	}
 	return nil
+}
+
+// openStripe makes the Stripe provider, refuses a key Stripe refuses, and
+// says whether real money moves. The key appears in no log line or error.
+func (c *config) openStripe(ctx context.Context, log *slog.Logger) (*stripe.Client, error) {
+	if c.stripeKey == "" {
+		return nil, errors.New("--provider stripe needs the secret key in STRIPE_SECRET_KEY (a test key first: sk_test_...)")
+	}
+	p, err := stripe.New(stripe.Config{SecretKey: c.stripeKey, URL: c.stripeURL, MaxNetworkRetries: stripe.DefaultMaxNetworkRetries})
+	if err != nil {
+		return nil, fmt.Errorf("STRIPE_SECRET_KEY: %w", err)
+	}
+	if p.Live() && c.demo {
+		return nil, errors.New("demo refuses a live Stripe key: demo mode has no merchant authentication. Use a test key (sk_test_...)")
+	}
+	mode := "test"
+	if p.Live() {
+		mode = "live"
+	}
+	url := c.stripeURL
+	if url == "" {
+		url = "Stripe's API"
+	}
+	log.Info("stripe provider", "key_mode", mode, "url", url)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := p.Check(cctx); errors.Is(err, payment.ErrProviderUnavailable) {
+		return nil, fmt.Errorf("Stripe refuses STRIPE_SECRET_KEY (a wrong, revoked or too restricted key): %w", err)
+	} else if err != nil {
+		log.Warn("stripe: could not reach Stripe at start; payments answer 503 until it answers", "err", err)
+	}
+	return p, nil
 }
 
 // app is an open oncepay: its store, its provider, and the flow over them.
@@ -101,8 +143,16 @@ func (c *config) openStore(ctx context.Context) (*sqlitestore.DB, error) {
 // (an empty simulated ledger, say) is created.
 func (c *config) open(ctx context.Context, log *slog.Logger) (*app, error) {
 	sim := c.provider == "sim"
-	if !sim && !strings.HasPrefix(c.provider, "http://") && !strings.HasPrefix(c.provider, "https://") {
-		return nil, fmt.Errorf(`--provider %q: want "sim" or the http(s) URL of a running sim-provider`, c.provider)
+	if !sim && c.provider != "stripe" && !strings.HasPrefix(c.provider, "http://") && !strings.HasPrefix(c.provider, "https://") {
+		return nil, fmt.Errorf(`--provider %q: want "sim", "stripe" or the http(s) URL of a running sim-provider`, c.provider)
+	}
+	var provider payment.Provider
+	if c.provider == "stripe" {
+		sp, err := c.openStripe(ctx, log)
+		if err != nil {
+			return nil, err
+		}
+		provider = sp
 	}
 	db, err := c.openStore(ctx)
 	if err != nil {
@@ -113,7 +163,9 @@ func (c *config) open(ctx context.Context, log *slog.Logger) (*app, error) {
 		a.Close()
 		return nil, err
 	}
-	var provider payment.Provider = remote.New(c.provider, c.providerTimeout)
+	if provider == nil {
+		provider = remote.New(c.provider, c.providerTimeout)
+	}
 	if sim {
 		if a.sim, err = openSim(c.simDB, c.simFaults); err != nil {
 			a.Close()
@@ -128,10 +180,21 @@ func (c *config) open(ctx context.Context, log *slog.Logger) (*app, error) {
 	return a, nil
 }
 
-// providerID names the provider for BindProvider.
+// providerID names the provider for BindProvider. Stripe's test and live
+// modes are different providers: neither knows the other's payments.
 func (c *config) providerID() string {
 	if c.provider == "sim" {
 		return "sim"
+	}
+	if c.provider == "stripe" {
+		id := "stripe"
+		if live, _ := stripe.KeyMode(c.stripeKey); !live {
+			id += " (test mode)"
+		}
+		if c.stripeURL != "" {
+			id += " at " + c.stripeURL
+		}
+		return id
 	}
 	return strings.TrimSuffix(c.provider, "/")
 }
@@ -159,7 +222,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if demo {
 		name = "demo"
 	}
-	var cfg config
+	cfg := config{demo: demo, stripeKey: getenv("STRIPE_SECRET_KEY")}
 	fs := newFlagSet(name, name+" [flags]", stderr)
 	cfg.registerServe(fs)
 	cfg.registerStore(fs)

@@ -106,7 +106,7 @@ func (r *Reconciler) settle(ctx context.Context, a Attempt) (Status, error) {
 	}
 	a.Fence = fence
 	pctx, cancel := context.WithTimeout(ctx, r.ProviderTimeout)
-	c, found, err := r.lookup(pctx, DownstreamKey(a.Scope, a.Key))
+	c, found, err := r.lookup(pctx, LookupRequest{IdempotencyKey: DownstreamKey(a.Scope, a.Key), CreatedAt: a.CreatedAt})
 	cancel()
 	if err != nil {
 		r.Log.Warn("reconcile: provider lookup failed; left for the next run", "payment_id", a.ID, "err", err)

@@ -18,19 +18,29 @@ type Provider interface {
 	// unknown.
 	Charge(ctx context.Context, req ChargeRequest) (Charge, error)
 
-	// Lookup asks whether a charge exists for key. found is false when the
-	// provider has definitely not charged under this key; an error means the
-	// answer is not known.
-	Lookup(ctx context.Context, key string) (c Charge, found bool, err error)
+	// Lookup asks whether a charge exists for req.IdempotencyKey. found is
+	// false when the provider has definitely not charged under this key; an
+	// error means the answer is not known.
+	Lookup(ctx context.Context, req LookupRequest) (c Charge, found bool, err error)
 }
 
 // ChargeRequest is what the provider is asked to charge.
 type ChargeRequest struct {
 	IdempotencyKey string
+	PaymentID      string // oncepay's payment id, for the provider's records
 	Amount         int64
-	Currency       string
+	Currency       string // ISO 4217, upper case
 	Source         string
 	Description    string
+}
+
+// LookupRequest names the charge Lookup asks for.
+type LookupRequest struct {
+	IdempotencyKey string
+	// CreatedAt is when the attempt was claimed: no charge under the key is
+	// older. A provider that cannot look up by key (Stripe) lists its
+	// charges from then on instead.
+	CreatedAt time.Time
 }
 
 // ErrProviderKeyReused is a provider's definitive answer that the
@@ -39,6 +49,11 @@ type ChargeRequest struct {
 // happens when a client reuses an Idempotency-Key that oncepay forgot after
 // the retention but the provider still remembers.
 var ErrProviderKeyReused = errors.New("the provider's idempotency key names another payment")
+
+// ErrProviderUnavailable is a provider's refusal of oncepay itself (its
+// credentials are wrong or lack a permission): the request was not taken,
+// and no retry helps until an operator acts. It is never a decline.
+var ErrProviderUnavailable = errors.New("the provider refused oncepay's credentials")
 
 // Charge is the provider's record of money moved.
 type Charge struct {

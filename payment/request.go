@@ -82,8 +82,15 @@ func (w *wireRequest) validate() (Request, error) {
 		return r, Errorf(EINVALID, "amount is too large: at most %d minor units.", MaxAmount)
 	}
 	r.Amount = amount
+	// Stripe and its clients write "usd", the standard "USD": both name the
+	// same payment, so the canonical form (fingerprint, stored request,
+	// response) is upper case. Only 3-byte (ASCII) input is folded, so no
+	// Unicode case mapping can turn another string into a code.
+	if len(r.Currency) == 3 {
+		r.Currency = strings.ToUpper(r.Currency)
+	}
 	if !validCurrency(r.Currency) {
-		return r, Errorf(EINVALID, "currency must be an ISO 4217 code in upper case, such as \"EUR\".")
+		return r, Errorf(EINVALID, "currency must be an ISO 4217 code, such as \"EUR\" or \"eur\".")
 	}
 	if r.Source == "" {
 		return r, Errorf(EINVALID, "source is required: the payment method token, such as \"tok_visa\".")

@@ -40,7 +40,7 @@ func TestParseRequestInvalid(t *testing.T) {
 		{"amount over maximum", `{"amount":100000000,"currency":"EUR","source":"tok_visa"}`},
 		{"amount missing", `{"currency":"EUR","source":"tok_visa"}`},
 		{"amount null", `{"amount":null,"currency":"EUR","source":"tok_visa"}`},
-		{"currency lower case", `{"amount":1000,"currency":"eur","source":"tok_visa"}`},
+		{"currency not ASCII", `{"amount":1000,"currency":"uſd","source":"tok_visa"}`},
 		{"currency unknown", `{"amount":1000,"currency":"XYZ","source":"tok_visa"}`},
 		{"currency too long", `{"amount":1000,"currency":"EURO","source":"tok_visa"}`},
 		{"currency number", `{"amount":1000,"currency":978,"source":"tok_visa"}`},
@@ -112,6 +112,24 @@ func TestFingerprintEqualForEqualMeaning(t *testing.T) {
 	}
 	if bytes.Equal(a.Fingerprint(), c.Fingerprint()) {
 		t.Errorf("different metadata value: fingerprints equal")
+	}
+}
+
+// "usd" is how Stripe and its clients write "USD": the same payment, with
+// one canonical form in the fingerprint, the stored request and the response.
+func TestCurrencyCaseIsOnePayment(t *testing.T) {
+	upper := mustParse(t, `{"amount":1000,"currency":"USD","source":"tok_visa"}`)
+	for _, c := range []string{"usd", "Usd"} {
+		got := mustParse(t, `{"amount":1000,"currency":"`+c+`","source":"tok_visa"}`)
+		if got.Currency != "USD" {
+			t.Errorf("currency %q: Currency = %q, want USD", c, got.Currency)
+		}
+		if !bytes.Equal(got.Fingerprint(), upper.Fingerprint()) {
+			t.Errorf("currency %q: fingerprint differs from USD's", c)
+		}
+		if string(got.Canonical()) != string(upper.Canonical()) {
+			t.Errorf("currency %q: Canonical() = %s, want %s", c, got.Canonical(), upper.Canonical())
+		}
 	}
 }
 

@@ -113,11 +113,11 @@ func (s *Service) charge(ctx context.Context, a Attempt, req Request, lookupFirs
 		err   error
 	)
 	if lookupFirst {
-		c, found, err = s.lookup(pctx, dk)
+		c, found, err = s.lookup(pctx, LookupRequest{IdempotencyKey: dk, CreatedAt: a.CreatedAt})
 	}
 	if err == nil && !found {
 		c, err = s.providerCharge(pctx, ChargeRequest{
-			IdempotencyKey: dk, Amount: req.Amount, Currency: req.Currency,
+			IdempotencyKey: dk, PaymentID: a.ID, Amount: req.Amount, Currency: req.Currency,
 			Source: req.Source, Description: req.Description,
 		})
 	}
@@ -135,6 +135,9 @@ func (s *Service) charge(ctx context.Context, a Attempt, req Request, lookupFirs
 		if rerr := s.Store.Release(ctx, a.Scope, a.Key, a.Fence, s.Now()); rerr != nil {
 			s.Log.Error("release lease", "payment_id", a.ID, "err", rerr)
 		}
+		if errors.Is(err, ErrProviderUnavailable) {
+			return Result{}, Errorf(EUNAVAILABLE, "The payment provider cannot be used right now. Retry later with the same Idempotency-Key.")
+		}
 		return Result{}, Errorf(EOUTCOMEUNKNOWN, "The payment provider's answer was lost; the payment may or may not have been charged. Retry with the same Idempotency-Key to learn the outcome.")
 	default:
 		o = SucceededOutcome(a, c)
@@ -151,10 +154,10 @@ func (s *Service) charge(ctx context.Context, a Attempt, req Request, lookupFirs
 	return Result{Status: o.ResponseStatus, Body: o.ResponseBody}, nil
 }
 
-// lookup asks the provider for the charge under key; ctx bounds the call.
-func (s *Service) lookup(ctx context.Context, key string) (Charge, bool, error) {
+// lookup asks the provider for the charge under req's key; ctx bounds the call.
+func (s *Service) lookup(ctx context.Context, req LookupRequest) (Charge, bool, error) {
 	start := time.Now()
-	c, found, err := s.Provider.Lookup(ctx, key)
+	c, found, err := s.Provider.Lookup(ctx, req)
 	result := "not_found"
 	switch {
 	case err != nil:

@@ -36,7 +36,7 @@ func TestBadInputs(t *testing.T) {
 		{"amount negative", nil, json, `{"amount":-1000,"currency":"EUR","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
 		{"amount overflowing", nil, json, `{"amount":9223372036854775808,"currency":"EUR","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
 		{"amount over the maximum", nil, json, `{"amount":100000000,"currency":"EUR","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
-		{"currency lower case", nil, json, `{"amount":1000,"currency":"eur","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
+		{"currency not ASCII", nil, json, `{"amount":1000,"currency":"uſd","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
 		{"currency not ISO 4217", nil, json, `{"amount":1000,"currency":"EU","source":"tok_visa"}`, 400, payment.ProblemInvalidRequest},
 		{"missing source", nil, json, `{"amount":1000,"currency":"EUR"}`, 400, payment.ProblemInvalidRequest},
 		{"source wrong type", nil, json, `{"amount":1000,"currency":"EUR","source":["tok_visa"]}`, 400, payment.ProblemInvalidRequest},

@@ -378,3 +378,20 @@ func TestClientHangsUpMidCharge(t *testing.T) {
 		t.Errorf("retry = %d %s with ledger %v, want the replayed 201 of the one charge", r.Status, r.Body, charges)
 	}
 }
+
+// "usd" (as Stripe's clients write it) and "USD" are one payment: a retry
+// in the other case replays the first answer, which says "USD".
+func TestCurrencyCaseIsOnePayment(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	first := e.pay("cur", `{"amount":700,"currency":"usd","source":"tok_visa"}`)
+	if first.Status != 201 || first.payment(t).Currency != "USD" {
+		t.Fatalf("first = %d %s, want 201 in USD", first.Status, first.Body)
+	}
+	again := e.pay("cur", `{"amount":700,"currency":"USD","source":"tok_visa"}`)
+	if again.Status != 201 || !bytes.Equal(again.Body, first.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("retry in upper case = %d %s, want the replayed %s", again.Status, again.Body, first.Body)
+	}
+	if n := len(e.ledger()); n != 1 {
+		t.Errorf("ledger has %d keys charged, want 1", n)
+	}
+}

@@ -216,11 +216,11 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 	for i := range errs {
 		wg.Go(func() {
 			errs[i] = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-				id := fmt.Sprintf("key_%d", i)
+				id := fmt.Sprintf("mer_%d", i)
 				if i%4 == 0 {
-					id = "key_dup" // all but the first of these violate the primary key
+					id = "mer_dup" // all but the first of these violate the primary key
 				}
-				_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, name, secret_hash, created_at) VALUES (?, 'n', ?, 0)`, id, []byte(fmt.Sprint(i)))
+				_, err := tx.ExecContext(ctx, `INSERT INTO merchants (id, name, created_at) VALUES (?, 'n', 0)`, id)
 				return err
 			})
 		})
@@ -235,12 +235,12 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 			failed++
 		}
 	}
-	keys, err := db.APIKeys(ctx)
+	merchants, err := db.Merchants(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 40 - failed; len(keys) != want || failed != 9 {
-		t.Errorf("rows = %d with %d failed, want %d rows and 9 failed", len(keys), failed, want)
+	if want := 40 - failed; len(merchants) != want || failed != 9 {
+		t.Errorf("rows = %d with %d failed, want %d rows and 9 failed", len(merchants), failed, want)
 	}
 	if commits, writes := db.WriteStats(); commits >= writes {
 		t.Errorf("commits = %d for %d writes, want batches of more than one", commits, writes)

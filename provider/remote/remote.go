@@ -86,15 +86,15 @@ func (c *Client) Charge(ctx context.Context, req payment.ChargeRequest) (payment
 	}
 }
 
-// Lookup asks the provider for the charge under key. found is false only
-// when the provider itself says it has none.
-func (c *Client) Lookup(ctx context.Context, key string) (payment.Charge, bool, error) {
+// Lookup asks the provider for the charge under req.IdempotencyKey. found is
+// false only when the provider itself says it has none.
+func (c *Client) Lookup(ctx context.Context, req payment.LookupRequest) (payment.Charge, bool, error) {
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+"/v1/charges", nil)
 	if err != nil {
 		return payment.Charge{}, false, fmt.Errorf("remote: lookup: %w", err)
 	}
 	// Set after parsing, so a malformed base URL's error cannot carry the key.
-	hreq.URL.RawQuery = url.Values{"idempotency_key": {key}}.Encode()
+	hreq.URL.RawQuery = url.Values{"idempotency_key": {req.IdempotencyKey}}.Encode()
 	status, b, err := c.do(hreq)
 	if err != nil {
 		return payment.Charge{}, false, fmt.Errorf("remote: lookup: %w", err)

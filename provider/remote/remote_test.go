@@ -93,7 +93,7 @@ func TestCharge(t *testing.T) {
 
 			// Whatever the caller heard, asking by key recovers the truth.
 			mustSetFaults(t, s, sim.Faults{})
-			found, ok, err := c.Lookup(ctx, "k1")
+			found, ok, err := c.Lookup(ctx, payment.LookupRequest{IdempotencyKey: "k1"})
 			if err != nil {
 				t.Fatalf("Lookup: %v", err)
 			}
@@ -120,7 +120,7 @@ func TestChargeKeyReused(t *testing.T) {
 
 func TestLookupNotFound(t *testing.T) {
 	_, url := newSim(t, sim.Faults{})
-	_, found, err := remote.New(url, 5*time.Second).Lookup(context.Background(), "never-used")
+	_, found, err := remote.New(url, 5*time.Second).Lookup(context.Background(), payment.LookupRequest{IdempotencyKey: "never-used"})
 	if err != nil || found {
 		t.Errorf("Lookup = found %v, err %v; want found false, err nil", found, err)
 	}
@@ -128,7 +128,7 @@ func TestLookupNotFound(t *testing.T) {
 
 func TestLookupFails(t *testing.T) {
 	_, url := newSim(t, sim.Faults{FailLookup: 1})
-	if _, _, err := remote.New(url, 5*time.Second).Lookup(context.Background(), "k1"); err == nil {
+	if _, _, err := remote.New(url, 5*time.Second).Lookup(context.Background(), payment.LookupRequest{IdempotencyKey: "k1"}); err == nil {
 		t.Error("err = nil, want an error")
 	}
 }
@@ -158,7 +158,7 @@ func TestUnexpectedResponses(t *testing.T) {
 			if _, declined := payment.IsDecline(err); err == nil || declined {
 				t.Errorf("Charge err = %v, want a non-decline error", err)
 			}
-			if _, _, err := c.Lookup(context.Background(), "k1"); err == nil {
+			if _, _, err := c.Lookup(context.Background(), payment.LookupRequest{IdempotencyKey: "k1"}); err == nil {
 				t.Error("Lookup err = nil, want an error")
 			}
 		})
@@ -168,7 +168,7 @@ func TestUnexpectedResponses(t *testing.T) {
 func TestErrorsOmitKey(t *testing.T) {
 	_, url := newSim(t, sim.Faults{Latency: 2 * time.Second})
 	const key = "secret-intent-7f3a"
-	_, _, err := remote.New(url, 50*time.Millisecond).Lookup(context.Background(), key)
+	_, _, err := remote.New(url, 50*time.Millisecond).Lookup(context.Background(), payment.LookupRequest{IdempotencyKey: key})
 	if err == nil {
 		t.Fatal("Lookup err = nil, want a timeout")
 	}

@@ -114,7 +114,7 @@ func (s *Sim) handleLookup(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "idempotency_key is required"})
 		return
 	}
-	c, found, err := s.Lookup(r.Context(), key)
+	c, found, err := s.Lookup(r.Context(), payment.LookupRequest{IdempotencyKey: key})
 	switch {
 	case errors.Is(err, ErrLookupFailed):
 		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: err.Error()})

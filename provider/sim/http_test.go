@@ -86,7 +86,7 @@ func TestHandlerCalls(t *testing.T) {
 	}
 	s.Charge(context.Background(), visa("k1"))
 	s.Charge(context.Background(), visa("k1"))
-	s.Lookup(context.Background(), "k1")
+	s.Lookup(context.Background(), payment.LookupRequest{IdempotencyKey: "k1"})
 	want := `{"data":[{"idempotency_key":"k1","charges":2,"lookups":1}]}` + "\n"
 	if got := serve(t, h, "GET", "/sim/calls", "", nil).Body.String(); got != want {
 		t.Errorf("GET /sim/calls = %q, want %q", got, want)

@@ -223,8 +223,8 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 
 // Lookup reports the charge made under key, if any. It implements
 // payment.Provider.
-func (s *Sim) Lookup(ctx context.Context, key string) (payment.Charge, bool, error) {
-	s.calls.add(key, opLookup)
+func (s *Sim) Lookup(ctx context.Context, req payment.LookupRequest) (payment.Charge, bool, error) {
+	s.calls.add(req.IdempotencyKey, opLookup)
 	f := s.Faults()
 	if err := sleep(ctx, f.Latency); err != nil {
 		return payment.Charge{}, false, err
@@ -232,7 +232,7 @@ func (s *Sim) Lookup(ctx context.Context, key string) (payment.Charge, bool, err
 	if roll(f.FailLookup) {
 		return payment.Charge{}, false, ErrLookupFailed
 	}
-	c, _, err := s.byKey(ctx, key)
+	c, _, err := s.byKey(ctx, req.IdempotencyKey)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payment.Charge{}, false, nil
 	}

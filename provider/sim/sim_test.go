@@ -246,7 +246,7 @@ func TestLookup(t *testing.T) {
 				t.Fatalf("Charge: %v", err)
 			}
 			mustSetFaults(t, s, tt.faults)
-			got, found, err := s.Lookup(ctx, tt.key)
+			got, found, err := s.Lookup(ctx, payment.LookupRequest{IdempotencyKey: tt.key})
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
 			}
@@ -381,11 +381,11 @@ func TestNoDedupeChargesEveryCall(t *testing.T) {
 	if got := len(mustCharges(t, s)); got != 4 {
 		t.Errorf("ledger rows = %d, want 4", got)
 	}
-	c, found, err := s.Lookup(ctx, "k1")
+	c, found, err := s.Lookup(ctx, payment.LookupRequest{IdempotencyKey: "k1"})
 	if err != nil || !found || c.ID != ids[0] {
 		t.Errorf("Lookup = %+v, %v, %v, want the first charge %s", c, found, err, ids[0])
 	}
-	if _, _, err := s.Lookup(ctx, "k2"); err != nil {
+	if _, _, err := s.Lookup(ctx, payment.LookupRequest{IdempotencyKey: "k2"}); err != nil {
 		t.Fatal(err)
 	}
 	want := []sim.Calls{{IdempotencyKey: "k1", Charges: 5, Lookups: 1}, {IdempotencyKey: "k2", Lookups: 1}}
