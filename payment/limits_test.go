@@ -1,6 +1,7 @@
 package payment_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -71,6 +72,41 @@ func TestRequestLimitBoundaries(t *testing.T) {
 	}
 	if _, err := payment.ParseRequest([]byte(nested(8))); !strings.Contains(payment.ErrorMessage(err), tooDeep) {
 		t.Errorf("nesting one past the limit: %v, want %q", err, tooDeep)
+	}
+	// Objects count as arrays do.
+	objects := func(depth int) string {
+		return `{"amount":100,"currency":"EUR","source":"tok_visa","metadata":` +
+			strings.Repeat(`{"k":`, depth) + "1" + strings.Repeat("}", depth) + `}`
+	}
+	if _, err := payment.ParseRequest([]byte(objects(7))); err == nil || strings.Contains(payment.ErrorMessage(err), tooDeep) {
+		t.Errorf("objects nested at the limit: %v, want a schema error, not %q", err, tooDeep)
+	}
+	if _, err := payment.ParseRequest([]byte(objects(8))); !strings.Contains(payment.ErrorMessage(err), tooDeep) {
+		t.Errorf("objects nested one past the limit: %v, want %q", err, tooDeep)
+	}
+
+	// Text fields: every printable ASCII character passes, from the space
+	// to the tilde; the C0 controls and DEL do not.
+	printable := make([]byte, 0, 0x7f-0x20)
+	for c := byte(0x20); c < 0x7f; c++ {
+		printable = append(printable, c)
+	}
+	for _, field := range []string{"description", "metadata"} {
+		withText := func(text string) string {
+			v, _ := json.Marshal(text)
+			if field == "metadata" {
+				return `{"amount":100,"currency":"EUR","source":"tok_visa","metadata":{"k":` + string(v) + `}}`
+			}
+			return `{"amount":100,"currency":"EUR","source":"tok_visa","description":` + string(v) + `}`
+		}
+		if _, err := payment.ParseRequest([]byte(withText(string(printable)))); err != nil {
+			t.Errorf("%s of every printable ASCII character: %v, want it accepted", field, err)
+		}
+		for _, c := range []string{"\x00", "\x1f", "\x7f"} {
+			if _, err := payment.ParseRequest([]byte(withText("a" + c))); payment.ErrorCode(err) != payment.EINVALID {
+				t.Errorf("%s with %q: %v, want it refused", field, c, err)
+			}
+		}
 	}
 
 	// The Idempotency-Key: 1 to MaxKeyLen visible ASCII characters.

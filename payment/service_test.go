@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/oncepaytest"
 	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/provider/sim"
 )
 
 var visa = payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}
@@ -143,5 +147,76 @@ func TestTakeOverRefusesAnotherPaymentsCharge(t *testing.T) {
 	}
 	if c := f.Calls()[payment.DownstreamKey("demo", "k")]; c.Charges != 1 || c.Lookups != 1 {
 		t.Errorf("provider calls = %+v, want the test's one charge and the takeover's one lookup", c)
+	}
+}
+
+// Every provider call is reported with what it did, for the metrics: a
+// charge that succeeded, declined or was lost, a lookup that found, did not
+// find, or failed.
+func TestProviderCallsObserved(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	var seen []string
+	f.Service.ObserveProviderCall = func(op, result string, _ time.Duration) { seen = append(seen, op+" "+result) }
+	f.Service.Pay(ctx, "demo", "ok", visa)
+	f.Service.Pay(ctx, "demo", "declined", payment.Request{Amount: 100, Currency: "EUR", Source: "tok_chargeDeclined"})
+	f.Sim.SetFaults(sim.Faults{FailAfterCharge: 1})
+	f.Service.Pay(ctx, "demo", "lost", visa) // charged, answer lost
+	f.Sim.SetFaults(sim.Faults{})
+	f.Service.Pay(ctx, "demo", "lost", visa) // the retry finds it
+	f.abandon(t, "never", false)
+	f.clock.Add(time.Minute)
+	f.Sim.SetFaults(sim.Faults{FailLookup: 1})
+	f.Service.Pay(ctx, "demo", "never", visa) // the lookup fails
+	f.Sim.SetFaults(sim.Faults{})
+	f.Service.Pay(ctx, "demo", "never", visa) // not found, then charged
+	want := []string{"charge succeeded", "charge declined", "charge unknown", "lookup found",
+		"lookup unknown", "lookup not_found", "charge succeeded"}
+	if !slices.Equal(seen, want) {
+		t.Errorf("observed %q, want %q", seen, want)
+	}
+}
+
+// An answer lost at the provider releases the lease quietly: a warning that
+// the outcome is unknown, and no error, since nothing failed on our side.
+func TestOutcomeUnknownLogsNoError(t *testing.T) {
+	var logs bytes.Buffer
+	c := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	e := oncepaytest.Open(t, oncepaytest.Options{Now: c.Now, Log: &logs, Faults: sim.Faults{FailAfterCharge: 1}})
+	_, err := e.Service.Pay(context.Background(), "demo", "k", visa)
+	if payment.ErrorCode(err) != payment.EOUTCOMEUNKNOWN {
+		t.Fatalf("Pay = %v, want outcome unknown", err)
+	}
+	if !strings.Contains(logs.String(), `"level":"WARN","msg":"provider outcome unknown"`) || strings.Contains(logs.String(), `"level":"ERROR"`) {
+		t.Errorf("logs = %s, want the warning and no error", logs.String())
+	}
+	if a, _ := e.DB.Attempt(context.Background(), "demo", "k"); a.LeaseLive(c.Now()) {
+		t.Errorf("lease still live after an unknown outcome: %v", a.LeaseExpiresAt)
+	}
+}
+
+// The lease and staleness rules, at their edges.
+func TestAttemptLeaseAndStaleness(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	const staleAfter = 5 * time.Minute
+	tests := []struct {
+		name        string
+		a           payment.Attempt
+		live, stale bool
+	}{
+		{"lease until a moment from now", payment.Attempt{Status: payment.InProgress, LeaseExpiresAt: now.Add(time.Millisecond), UpdatedAt: now.Add(-time.Hour)}, true, false},
+		{"lease ending now", payment.Attempt{Status: payment.InProgress, LeaseExpiresAt: now, UpdatedAt: now.Add(-time.Hour)}, false, true},
+		{"released, updated exactly stale-after ago", payment.Attempt{Status: payment.InProgress, UpdatedAt: now.Add(-staleAfter)}, false, true},
+		{"released, updated a moment later", payment.Attempt{Status: payment.InProgress, UpdatedAt: now.Add(-staleAfter + time.Millisecond)}, false, false},
+		{"final with a lease left in it", payment.Attempt{Status: payment.Succeeded, LeaseExpiresAt: now.Add(time.Hour), UpdatedAt: now.Add(-time.Hour)}, false, false},
+		{"final, old", payment.Attempt{Status: payment.Failed, UpdatedAt: now.Add(-time.Hour)}, false, false},
+	}
+	for _, tt := range tests {
+		if got := tt.a.LeaseLive(now); got != tt.live {
+			t.Errorf("%s: LeaseLive = %v, want %v", tt.name, got, tt.live)
+		}
+		if got := tt.a.Stale(now, staleAfter); got != tt.stale {
+			t.Errorf("%s: Stale = %v, want %v", tt.name, got, tt.stale)
+		}
 	}
 }
