@@ -109,6 +109,15 @@ func TestRequestLimitBoundaries(t *testing.T) {
 		}
 	}
 
+	// An error that quotes what it refused quotes 40 bytes at the most.
+	raw := func(n int) string { return `"` + strings.Repeat("x", n-2) + `"` } // a JSON string of n bytes
+	if _, err := payment.ParseRequest([]byte(`{"amount":` + raw(40) + `,"currency":"EUR","source":"tok_visa"}`)); !strings.Contains(payment.ErrorMessage(err), "not "+raw(40)+".") {
+		t.Errorf("a 40-byte amount quoted: %v, want it whole", err)
+	}
+	if _, err := payment.ParseRequest([]byte(`{"amount":` + raw(41) + `,"currency":"EUR","source":"tok_visa"}`)); !strings.Contains(payment.ErrorMessage(err), raw(41)[:40]+"...") {
+		t.Errorf("a 41-byte amount quoted: %v, want its first 40 bytes and ...", err)
+	}
+
 	// The Idempotency-Key: 1 to MaxKeyLen visible ASCII characters.
 	for _, tt := range []struct {
 		key  string
