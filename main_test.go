@@ -245,3 +245,18 @@ func TestJobSchedules(t *testing.T) {
 		}
 	}
 }
+
+// A retention of zero would forget every key at once: purge and serve
+// refuse it at construction.
+func TestBadRetentionRefused(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "r.db")
+	for _, args := range [][]string{
+		{"purge", "--db", db, "--retention", "0s"},
+		{"serve", "--db", db, "--retention", "0s", "--addr", "127.0.0.1:0"},
+	} {
+		err := run(context.Background(), args, env(nil), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--retention") {
+			t.Errorf("%v = %v, want an error naming --retention", args, err)
+		}
+	}
+}

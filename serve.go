@@ -144,12 +144,16 @@ func (a *app) Close() error {
 	return err
 }
 
-func (a *app) reconciler(c *config) *payment.Reconciler {
-	return &payment.Reconciler{Service: a.service, StaleAfter: c.staleAfter, Limit: 1000}
+func (a *app) reconciler(c *config) (*payment.Reconciler, error) {
+	return payment.NewReconciler(payment.Reconciler{Service: a.service, StaleAfter: c.staleAfter})
 }
 
-func newPurger(db *sqlitestore.DB, retention time.Duration) *payment.Purger {
-	return &payment.Purger{Store: db, Now: time.Now, Retention: retention, BatchSize: 1000}
+func newPurger(db *sqlitestore.DB, retention time.Duration) (*payment.Purger, error) {
+	p, err := payment.NewPurger(payment.Purger{Store: db, Retention: retention})
+	if err != nil {
+		return nil, fmt.Errorf("--retention: %w", err)
+	}
+	return p, nil
 }
 
 // runServe runs serve (merchant API keys required) or, with demo, the
@@ -191,7 +195,14 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			log.Warn("SIMULATED PROVIDER: no real money moves. Set --provider for a real one.", "ledger", cfg.simDB)
 		}
 	}
-	rec, pur := a.reconciler(&cfg), newPurger(a.db, cfg.retention)
+	rec, err := a.reconciler(&cfg)
+	if err != nil {
+		return err
+	}
+	pur, err := newPurger(a.db, cfg.retention)
+	if err != nil {
+		return err
+	}
 	rec.Observe, pur.Observe = m.Reconciled, m.Purged
 	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Token: cfg.adminToken, Open: demo}
 	if demo && a.sim != nil {
