@@ -60,7 +60,12 @@ func ParseRequest(body []byte) (Request, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
-		return Request{}, Errorf(EINVALID, "The body does not match the payment schema: %s.", jsonErrorDetail(err))
+		e := Errorf(EINVALID, "The body does not match the payment schema: %s.", jsonErrorDetail(err))
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			e.Param = te.Field
+		}
+		return Request{}, e
 	}
 	return w.validate()
 }
@@ -68,41 +73,41 @@ func ParseRequest(body []byte) (Request, error) {
 func (w *wireRequest) validate() (Request, error) {
 	r := Request{Currency: w.Currency, Source: w.Source, Description: w.Description, Metadata: w.Metadata}
 	if len(w.Amount) == 0 || string(w.Amount) == "null" {
-		return r, Errorf(EINVALID, "amount is required: an integer in minor units (cents).")
+		return r, Invalidf("amount", "amount is required: an integer in minor units (cents).")
 	}
 	amount, err := strconv.ParseInt(string(w.Amount), 10, 64)
 	switch {
 	case err != nil && errors.Is(err, strconv.ErrRange):
-		return r, Errorf(EINVALID, "amount is too large: at most %d minor units.", MaxAmount)
+		return r, Invalidf("amount", "amount is too large: at most %d minor units.", MaxAmount)
 	case err != nil:
-		return r, Errorf(EINVALID, "amount must be an integer in minor units (cents), not %s.", truncate(string(w.Amount), 40))
+		return r, Invalidf("amount", "amount must be an integer in minor units (cents), not %s.", truncate(string(w.Amount), 40))
 	case amount <= 0:
-		return r, Errorf(EINVALID, "amount must be positive.")
+		return r, Invalidf("amount", "amount must be positive.")
 	case amount > MaxAmount:
-		return r, Errorf(EINVALID, "amount is too large: at most %d minor units.", MaxAmount)
+		return r, Invalidf("amount", "amount is too large: at most %d minor units.", MaxAmount)
 	}
 	r.Amount = amount
 	if !validCurrency(r.Currency) {
-		return r, Errorf(EINVALID, "currency must be an ISO 4217 code in upper case, such as \"EUR\".")
+		return r, Invalidf("currency", "currency must be an ISO 4217 code in upper case, such as \"EUR\".")
 	}
 	if r.Source == "" {
-		return r, Errorf(EINVALID, "source is required: the payment method token, such as \"tok_visa\".")
+		return r, Invalidf("source", "source is required: the payment method token, such as \"tok_visa\".")
 	}
 	if len(r.Source) > MaxSourceLen || !visibleASCII(r.Source) {
-		return r, Errorf(EINVALID, "source must be 1-%d visible ASCII characters.", MaxSourceLen)
+		return r, Invalidf("source", "source must be 1-%d visible ASCII characters.", MaxSourceLen)
 	}
 	if utf8.RuneCountInString(r.Description) > MaxDescriptionLen || hasControl(r.Description) {
-		return r, Errorf(EINVALID, "description must be at most %d characters, without control characters.", MaxDescriptionLen)
+		return r, Invalidf("description", "description must be at most %d characters, without control characters.", MaxDescriptionLen)
 	}
 	if len(r.Metadata) > MaxMetadataKeys {
-		return r, Errorf(EINVALID, "metadata has at most %d keys.", MaxMetadataKeys)
+		return r, Invalidf("metadata", "metadata has at most %d keys.", MaxMetadataKeys)
 	}
 	for k, v := range r.Metadata {
 		if k == "" || utf8.RuneCountInString(k) > MaxMetadataKeyLen || hasControl(k) {
-			return r, Errorf(EINVALID, "metadata keys must be 1-%d characters, without control characters.", MaxMetadataKeyLen)
+			return r, Invalidf("metadata", "metadata keys must be 1-%d characters, without control characters.", MaxMetadataKeyLen)
 		}
 		if utf8.RuneCountInString(v) > MaxMetadataValueLen || hasControl(v) {
-			return r, Errorf(EINVALID, "metadata values must be at most %d characters, without control characters.", MaxMetadataValueLen)
+			return r, Invalidf("metadata["+k+"]", "metadata values must be at most %d characters, without control characters.", MaxMetadataValueLen)
 		}
 	}
 	if len(r.Metadata) == 0 {
@@ -149,7 +154,7 @@ func checkJSON(body []byte) error {
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return Errorf(EINVALID, "The body must be a JSON object.")
 	}
-	if err := checkObject(dec, 1); err != nil {
+	if err := checkObject(dec, "", 1); err != nil {
 		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -158,8 +163,9 @@ func checkJSON(body []byte) error {
 	return nil
 }
 
-// checkObject walks the members of an object whose '{' was just read.
-func checkObject(dec *json.Decoder, depth int) error {
+// checkObject walks the members of an object whose '{' was just read;
+// field is the object's own param ("" for the body, "metadata").
+func checkObject(dec *json.Decoder, field string, depth int) error {
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
@@ -168,20 +174,20 @@ func checkObject(dec *json.Decoder, depth int) error {
 		}
 		key := tok.(string) // the decoder only yields strings in key position
 		if seen[key] {
-			return Errorf(EINVALID, "The field %q appears twice.", truncate(key, 40))
+			return Invalidf(param(field, key), "The field %q appears twice.", truncate(key, 40))
 		}
 		seen[key] = true
 		if depth == 1 && !requestFields[key] {
-			return Errorf(EINVALID, "Unknown field %q.", truncate(key, 40))
+			return Invalidf(truncate(key, 40), "Unknown field %q.", truncate(key, 40))
 		}
-		if err := checkValue(dec, depth); err != nil {
+		if err := checkValue(dec, param(field, key), depth); err != nil {
 			return err
 		}
 	}
 	return closeDelim(dec)
 }
 
-func checkValue(dec *json.Decoder, depth int) error {
+func checkValue(dec *json.Decoder, field string, depth int) error {
 	tok, err := dec.Token()
 	if err != nil {
 		return Errorf(EINVALID, "The body is not valid JSON.")
@@ -191,17 +197,26 @@ func checkValue(dec *json.Decoder, depth int) error {
 		return nil
 	}
 	if depth >= maxJSONDepth {
-		return Errorf(EINVALID, "The body is nested too deeply.")
+		return Invalidf(field, "The body is nested too deeply.")
 	}
 	if d == '{' {
-		return checkObject(dec, depth+1)
+		return checkObject(dec, field, depth+1)
 	}
 	for dec.More() { // '[': arrays are never valid here, but are walked so the error names the field
-		if err := checkValue(dec, depth+1); err != nil {
+		if err := checkValue(dec, field, depth+1); err != nil {
 			return err
 		}
 	}
 	return closeDelim(dec)
+}
+
+// param names key of the object field as Stripe does: "metadata[order_id]".
+func param(field, key string) string {
+	key = truncate(key, MaxMetadataKeyLen)
+	if field == "" {
+		return key
+	}
+	return field + "[" + key + "]"
 }
 
 func closeDelim(dec *json.Decoder) error {

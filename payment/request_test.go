@@ -189,3 +189,35 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// An invalid request names the field at fault, as Stripe's param does;
+// a body that is not a payment at all names none.
+func TestParseRequestParam(t *testing.T) {
+	const ok = `"amount":1000,"currency":"EUR","source":"tok_visa"`
+	for _, tt := range []struct {
+		name, body, param string
+	}{
+		{"malformed JSON", `{"amount":1000,`, ""},
+		{"invalid UTF-8", "{" + ok + ",\"description\":\"\xff\"}", ""},
+		{"amount missing", `{"currency":"EUR","source":"tok_visa"}`, "amount"},
+		{"amount as string", `{"amount":"1000","currency":"EUR","source":"tok_visa"}`, "amount"},
+		{"amount over maximum", `{"amount":100000000,"currency":"EUR","source":"tok_visa"}`, "amount"},
+		{"currency unknown", `{"amount":1000,"currency":"XYZ","source":"tok_visa"}`, "currency"},
+		{"source missing", `{"amount":1000,"currency":"EUR"}`, "source"},
+		{"description too long", "{" + ok + `,"description":"` + strings.Repeat("x", 1001) + `"}`, "description"},
+		{"description a number", "{" + ok + `,"description":5}`, "description"},
+		{"too many metadata keys", "{" + ok + `,"metadata":{` + manyKeys(51) + `}}`, "metadata"},
+		{"metadata value too long", "{" + ok + `,"metadata":{"order":"` + strings.Repeat("v", 501) + `"}}`, "metadata[order]"},
+		{"duplicate metadata key", "{" + ok + `,"metadata":{"a":"1","a":"2"}}`, "metadata[a]"},
+		{"duplicate field", `{"amount":1000,` + ok + `}`, "amount"},
+		{"unknown field", "{" + ok + `,"capture":true}`, "capture"},
+	} {
+		_, err := payment.ParseRequest([]byte(tt.body))
+		if got := payment.ErrorParam(err); got != tt.param || payment.ErrorCode(err) != payment.EINVALID {
+			t.Errorf("%s: param = %q (err %v), want %q", tt.name, got, err, tt.param)
+		}
+		if p := payment.ProblemOf(err); p.Param != tt.param {
+			t.Errorf("%s: problem param = %q, want %q", tt.name, p.Param, tt.param)
+		}
+	}
+}

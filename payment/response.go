@@ -26,10 +26,12 @@ const (
 
 // Problem is an RFC 9457 problem details body.
 type Problem struct {
-	Type        string `json:"type"`
-	Title       string `json:"title"`
-	Status      int    `json:"status"`
-	Detail      string `json:"detail,omitempty"`
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Param names the request field an invalid-request problem is about.
+	Param       string `json:"param,omitempty"`
 	PaymentID   string `json:"payment_id,omitempty"`
 	DeclineCode string `json:"decline_code,omitempty"`
 }
@@ -42,7 +44,7 @@ const RetryAfterSeconds = 1
 // ProblemOf maps an error to the problem a client sees. Internal errors get
 // a bare 500 whose detail never carries their text.
 func ProblemOf(err error) Problem {
-	p := Problem{Detail: ErrorMessage(err)}
+	p := Problem{Detail: ErrorMessage(err), Param: ErrorParam(err)}
 	switch ErrorCode(err) {
 	case EINVALID:
 		p.Type, p.Title, p.Status = ProblemInvalidRequest, "Invalid request", 400

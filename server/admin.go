@@ -149,19 +149,19 @@ func listParams(r *http.Request, defaultLimit int) (payment.AttemptFilter, error
 	switch f.Status {
 	case "", payment.InProgress, payment.Succeeded, payment.Failed:
 	default:
-		return f, payment.Errorf(payment.EINVALID, "status must be in_progress, succeeded or failed.")
+		return f, payment.Invalidf("status", "status must be in_progress, succeeded or failed.")
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 500 {
-			return f, payment.Errorf(payment.EINVALID, "limit must be an integer from 1 to 500.")
+			return f, payment.Invalidf("limit", "limit must be an integer from 1 to 500.")
 		}
 		f.Limit = n
 	}
 	if v := q.Get("offset"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return f, payment.Errorf(payment.EINVALID, "offset must be a non-negative integer.")
+			return f, payment.Invalidf("offset", "offset must be a non-negative integer.")
 		}
 		f.Offset = n
 	}
