@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -143,34 +144,55 @@ func ValidKey(k string) bool {
 
 // checkJSON rejects what encoding/json would quietly accept: duplicate keys
 // (which one wins is ambiguous), keys that differ from a field only in case,
-// a body that is not one object, and trailing data.
+// a body that is not one object, trailing data, and escapes of unpaired
+// UTF-16 surrogates (decoded as U+FFFD, so two different bodies would read
+// alike).
 func checkJSON(body []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	tok, err := dec.Token()
+	c := &jsonChecker{dec: json.NewDecoder(bytes.NewReader(body)), body: body}
+	c.dec.UseNumber()
+	tok, err := c.dec.Token()
 	if err != nil {
 		return Errorf(EINVALID, "The body is not valid JSON.")
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return Errorf(EINVALID, "The body must be a JSON object.")
 	}
-	if err := checkObject(dec, "", 1); err != nil {
+	if err := c.object("", 1); err != nil {
 		return err
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if _, err := c.dec.Token(); err != io.EOF {
 		return Errorf(EINVALID, "The body has data after the JSON object.")
 	}
 	return nil
 }
 
-// checkObject walks the members of an object whose '{' was just read;
-// field is the object's own param ("" for the body, "metadata").
-func checkObject(dec *json.Decoder, field string, depth int) error {
+// jsonChecker walks a body token by token, seeing each token's raw bytes.
+type jsonChecker struct {
+	dec  *json.Decoder
+	body []byte
+}
+
+// token reads the next token and reports whether its raw bytes hold an
+// unpaired surrogate escape, which the decoded token no longer shows.
+func (c *jsonChecker) token() (tok json.Token, lone bool, err error) {
+	start := c.dec.InputOffset()
+	if tok, err = c.dec.Token(); err != nil {
+		return nil, false, Errorf(EINVALID, "The body is not valid JSON.")
+	}
+	return tok, hasLoneSurrogate(c.body[start:c.dec.InputOffset()]), nil
+}
+
+// object walks the members of an object whose '{' was just read; field is
+// the object's own param ("" for the body, "metadata").
+func (c *jsonChecker) object(field string, depth int) error {
 	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
+	for c.dec.More() {
+		tok, lone, err := c.token()
 		if err != nil {
-			return Errorf(EINVALID, "The body is not valid JSON.")
+			return err
+		}
+		if lone {
+			return Invalidf(field, "A field name has an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF): not a character.")
 		}
 		key := tok.(string) // the decoder only yields strings in key position
 		if seen[key] {
@@ -180,17 +202,20 @@ func checkObject(dec *json.Decoder, field string, depth int) error {
 		if depth == 1 && !requestFields[key] {
 			return Invalidf(truncate(key, 40), "Unknown field %q.", truncate(key, 40))
 		}
-		if err := checkValue(dec, param(field, key), depth); err != nil {
+		if err := c.value(param(field, key), depth); err != nil {
 			return err
 		}
 	}
-	return closeDelim(dec)
+	return c.closeDelim()
 }
 
-func checkValue(dec *json.Decoder, field string, depth int) error {
-	tok, err := dec.Token()
+func (c *jsonChecker) value(field string, depth int) error {
+	tok, lone, err := c.token()
 	if err != nil {
-		return Errorf(EINVALID, "The body is not valid JSON.")
+		return err
+	}
+	if lone {
+		return Invalidf(field, "%s has an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF): not a character.", field)
 	}
 	d, ok := tok.(json.Delim)
 	if !ok {
@@ -200,14 +225,59 @@ func checkValue(dec *json.Decoder, field string, depth int) error {
 		return Invalidf(field, "The body is nested too deeply.")
 	}
 	if d == '{' {
-		return checkObject(dec, field, depth+1)
+		return c.object(field, depth+1)
 	}
-	for dec.More() { // '[': arrays are never valid here, but are walked so the error names the field
-		if err := checkValue(dec, field, depth+1); err != nil {
+	for c.dec.More() { // '[': arrays are never valid here, but are walked so the error names the field
+		if err := c.value(field, depth+1); err != nil {
 			return err
 		}
 	}
-	return closeDelim(dec)
+	return c.closeDelim()
+}
+
+func (c *jsonChecker) closeDelim() error {
+	if _, err := c.dec.Token(); err != nil {
+		return Errorf(EINVALID, "The body is not valid JSON.")
+	}
+	return nil
+}
+
+// hasLoneSurrogate reports whether raw JSON holds a \uXXXX escape of a
+// UTF-16 surrogate that is not the high half of a pair followed by its low
+// half. Only escapes are looked at: a surrogate written as UTF-8 is already
+// invalid UTF-8.
+func hasLoneSurrogate(raw []byte) bool {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character: a backslash escaped is skipped whole
+		r, ok := escapedUnit(raw, i)
+		if !ok {
+			continue
+		}
+		i += 4
+		switch {
+		case utf16.IsSurrogate(r) && r < 0xdc00: // high: its low half must follow
+			if lo, ok := escapedUnit(raw, i+2); ok && i+1 < len(raw) && raw[i+1] == '\\' && lo >= 0xdc00 && lo <= 0xdfff {
+				i += 6
+				continue
+			}
+			return true
+		case utf16.IsSurrogate(r): // a low half with no high half before it
+			return true
+		}
+	}
+	return false
+}
+
+// escapedUnit is the UTF-16 unit of the escape "uXXXX" at raw[i:], if it is one.
+func escapedUnit(raw []byte, i int) (rune, bool) {
+	if i+5 > len(raw) || raw[i] != 'u' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(raw[i+1:i+5]), 16, 16)
+	return rune(n), err == nil
 }
 
 // param names key of the object field as Stripe does: "metadata[order_id]".
@@ -217,13 +287,6 @@ func param(field, key string) string {
 		return key
 	}
 	return field + "[" + key + "]"
-}
-
-func closeDelim(dec *json.Decoder) error {
-	if _, err := dec.Token(); err != nil {
-		return Errorf(EINVALID, "The body is not valid JSON.")
-	}
-	return nil
 }
 
 // jsonErrorDetail turns a decode error into a client-safe phrase.
@@ -245,9 +308,11 @@ func visibleASCII(s string) bool {
 	return true
 }
 
+// hasControl reports a C0 or C1 control character (U+0000-U+001F,
+// U+007F-U+009F): U+009B, say, starts a terminal escape sequence.
 func hasControl(s string) bool {
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
 			return true
 		}
 	}

@@ -43,6 +43,8 @@ func TestBadInputs(t *testing.T) {
 		{"nested metadata", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","metadata":{"a":{"b":"c"}}}`, 400, payment.ProblemInvalidRequest},
 		{"invalid UTF-8", nil, json, "{\"amount\":1000,\"currency\":\"EUR\",\"source\":\"tok_visa\",\"description\":\"\xc3\x28\"}", 400, payment.ProblemInvalidRequest},
 		{"control character in description", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","description":"a\u0007b"}`, 400, payment.ProblemInvalidRequest},
+		{"C1 control character in description", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","description":"a\u009b[2Jb"}`, 400, payment.ProblemInvalidRequest},
+		{"lone surrogate in metadata", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","metadata":{"a":"\ud800"}}`, 400, payment.ProblemInvalidRequest},
 		{"oversize body", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","description":"` + strings.Repeat("x", 70_000) + `"}`, 413, payment.ProblemTooLarge},
 		{"text/plain content type", nil, "text/plain", visa, 415, payment.ProblemUnsupportedMedia},
 		{"form content type", nil, "application/x-www-form-urlencoded", visa, 415, payment.ProblemUnsupportedMedia},
