@@ -8,20 +8,21 @@ import (
 // Problem types: stable identifiers of every error a client can get, as RFC
 // 9457 "type" URI references. Clients branch on these, never on titles.
 const (
-	ProblemInvalidRequest   = "/problems/invalid-request"
-	ProblemInvalidKey       = "/problems/invalid-idempotency-key"
-	ProblemUnauthorized     = "/problems/unauthorized"
-	ProblemNotFound         = "/problems/not-found"
-	ProblemMethodNotAllowed = "/problems/method-not-allowed"
-	ProblemKeyReused        = "/problems/idempotency-key-reused"
-	ProblemInProgress       = "/problems/request-in-progress"
-	ProblemDeclined         = "/problems/payment-declined"
-	ProblemNotCompleted     = "/problems/payment-not-completed"
-	ProblemOutcomeUnknown   = "/problems/payment-outcome-unknown"
-	ProblemUnavailable      = "/problems/service-unavailable"
-	ProblemTooLarge         = "/problems/request-too-large"
-	ProblemUnsupportedMedia = "/problems/unsupported-media-type"
-	ProblemInternal         = "/problems/internal-error"
+	ProblemInvalidRequest      = "/problems/invalid-request"
+	ProblemInvalidKey          = "/problems/invalid-idempotency-key"
+	ProblemUnauthorized        = "/problems/unauthorized"
+	ProblemNotFound            = "/problems/not-found"
+	ProblemMethodNotAllowed    = "/problems/method-not-allowed"
+	ProblemKeyReused           = "/problems/idempotency-key-reused"
+	ProblemInProgress          = "/problems/request-in-progress"
+	ProblemDeclined            = "/problems/payment-declined"
+	ProblemNotCompleted        = "/problems/payment-not-completed"
+	ProblemOutcomeUnknown      = "/problems/payment-outcome-unknown"
+	ProblemUnavailable         = "/problems/service-unavailable"
+	ProblemTooLarge            = "/problems/request-too-large"
+	ProblemUnsupportedMedia    = "/problems/unsupported-media-type"
+	ProblemUnsupportedEncoding = "/problems/unsupported-content-encoding"
+	ProblemInternal            = "/problems/internal-error"
 )
 
 // Problem is an RFC 9457 problem details body.

@@ -148,6 +148,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"in progress", "POST", "/v1/payments", inProgress(t, e, scope, "spec-slow", bearer), 409, payment.ProblemInProgress},
 		{"too large", "POST", "/v1/payments", pay("spec-big", `{"description":"`+strings.Repeat("x", 70_000)+`"}`), 413, payment.ProblemTooLarge},
 		{"unsupported media type", "POST", "/v1/payments", e.do("POST", "/v1/payments", []byte(visa), bearer[0], bearer[1], "Idempotency-Key", "spec-text", "Content-Type", "text/plain"), 415, payment.ProblemUnsupportedMedia},
+		{"unsupported content encoding", "POST", "/v1/payments", e.do("POST", "/v1/payments", []byte(visa), bearer[0], bearer[1], "Idempotency-Key", "spec-gzip", "Content-Type", "application/json", "Content-Encoding", "gzip"), 415, payment.ProblemUnsupportedEncoding},
 		{"outcome unknown", "POST", "/v1/payments", unknown, 503, payment.ProblemOutcomeUnknown},
 		{"database busy", "POST", "/v1/payments", whileLocked(t, e, func() response { return pay("spec-locked", visa) }), 503, payment.ProblemUnavailable},
 		{"get succeeded", "GET", "/v1/payments/" + createdID, get("/v1/payments/" + createdID), 200, ""},
@@ -208,7 +209,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		payment.ProblemNotFound, payment.ProblemMethodNotAllowed, payment.ProblemKeyReused,
 		payment.ProblemInProgress, payment.ProblemDeclined, payment.ProblemNotCompleted,
 		payment.ProblemOutcomeUnknown, payment.ProblemUnavailable, payment.ProblemTooLarge,
-		payment.ProblemUnsupportedMedia, payment.ProblemInternal,
+		payment.ProblemUnsupportedMedia, payment.ProblemUnsupportedEncoding, payment.ProblemInternal,
 	}
 	var specTypes []string
 	for _, v := range s.doc.Components.Schemas["ProblemType"].Value.Enum {
