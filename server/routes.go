@@ -33,7 +33,8 @@ func (s *server) routes() http.Handler {
 		r.PathPrefix("/sim/").Handler(s.adminAuth(http.NewCrossOriginProtection().Handler(s.Sim)))
 	}
 	if s.Workshop != nil {
-		r.PathPrefix("/demo").Handler(s.Workshop)
+		// Its POSTs crash, charge and reconcile: no cross-site page may send them.
+		r.PathPrefix("/demo").Handler(http.NewCrossOriginProtection().Handler(s.Workshop))
 		r.Handle("/", http.RedirectHandler("/demo", http.StatusFound)).Methods(http.MethodGet)
 	}
 	return r
