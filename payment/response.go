@@ -23,6 +23,7 @@ const (
 	ProblemUnsupportedMedia    = "/problems/unsupported-media-type"
 	ProblemUnsupportedEncoding = "/problems/unsupported-content-encoding"
 	ProblemInternal            = "/problems/internal-error"
+	ProblemCrossOrigin         = "/problems/cross-origin-request"
 )
 
 // Problem is an RFC 9457 problem details body.

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/gorilla/mux"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -34,6 +35,7 @@ type Config struct {
 
 type server struct {
 	Config
+	router *mux.Router // set by routes; the 405 answer asks it which methods a path has
 }
 
 // New returns oncepay's HTTP handler.
