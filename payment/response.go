@@ -24,6 +24,7 @@ const (
 	ProblemUnsupportedEncoding = "/problems/unsupported-content-encoding"
 	ProblemInternal            = "/problems/internal-error"
 	ProblemCrossOrigin         = "/problems/cross-origin-request"
+	ProblemTooManyRequests     = "/problems/too-many-requests"
 )
 
 // Problem is an RFC 9457 problem details body.

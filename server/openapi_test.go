@@ -234,6 +234,19 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		seen[tt.r.problemType()] = true
 	}
 
+	// Guessing the admin token: after 10 failures, 429 (last, since it
+	// locks this test's address out of the admin surface for a while).
+	var limited response
+	for range 11 {
+		limited = e.do("GET", "/v1/attempts", nil, "Authorization", "Bearer spec-guess")
+	}
+	if limited.Status != 429 || limited.problemType() != payment.ProblemTooManyRequests {
+		t.Errorf("11th wrong admin token: %d %s, want 429 %s", limited.Status, limited.Body, payment.ProblemTooManyRequests)
+	} else {
+		s.check("too many admin failures", "GET", "/v1/attempts", limited)
+		seen[payment.ProblemTooManyRequests] = true
+	}
+
 	// The spec's problem types are exactly the code's, and every one the
 	// server can answer without a bug was answered above.
 	codeTypes := []string{
@@ -241,7 +254,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		payment.ProblemNotFound, payment.ProblemMethodNotAllowed, payment.ProblemKeyReused,
 		payment.ProblemInProgress, payment.ProblemDeclined, payment.ProblemNotCompleted,
 		payment.ProblemOutcomeUnknown, payment.ProblemUnavailable, payment.ProblemTooLarge,
-		payment.ProblemUnsupportedMedia, payment.ProblemUnsupportedEncoding, payment.ProblemCrossOrigin, payment.ProblemInternal,
+		payment.ProblemUnsupportedMedia, payment.ProblemUnsupportedEncoding, payment.ProblemCrossOrigin, payment.ProblemTooManyRequests, payment.ProblemInternal,
 	}
 	var specTypes []string
 	for _, v := range s.doc.Components.Schemas["ProblemType"].Value.Enum {
