@@ -1,7 +1,10 @@
 package server_test
 
 import (
+	"encoding/json"
 	"testing"
+
+	"github.com/oncepay/oncepay/payment"
 )
 
 // The workshop's POSTs change state (a crash claims a key, the naive lane
@@ -37,5 +40,17 @@ func TestWorkshopRefusesCrossOrigin(t *testing.T) {
 	}
 	if r := e.do("POST", "/demo/crash", []byte(`{"key":"curl-crash"}`), "Content-Type", "application/json"); r.Status != 200 {
 		t.Errorf("POST /demo/crash from no browser = %d %s, want 200", r.Status, r.Body)
+	}
+}
+
+// The naive lane validates as the real one does, and names the field.
+func TestWorkshopNaiveNamesTheParam(t *testing.T) {
+	e := newEnv(t, envOptions{workshop: true})
+	r := e.do("POST", "/demo/naive/payments", []byte(`{"amount":0,"currency":"EUR","source":"tok_visa"}`),
+		"Idempotency-Key", "naive-bad", "Content-Type", "application/json")
+	var p payment.Problem
+	json.Unmarshal(r.Body, &p)
+	if r.Status != 400 || p.Type != payment.ProblemInvalidRequest || p.Param != "amount" {
+		t.Errorf("naive lane, amount 0 = %d %s, want 400 invalid-request with param amount", r.Status, r.Body)
 	}
 }

@@ -100,7 +100,7 @@ func (h *Handler) handleNaivePay(w http.ResponseWriter, r *http.Request) {
 	}
 	req, err := payment.ParseRequest(body)
 	if err != nil {
-		writeProblem(w, payment.Problem{Type: payment.ProblemInvalidRequest, Title: "Invalid request", Status: 400, Detail: payment.ErrorMessage(err)})
+		writeProblem(w, payment.ProblemOf(err)) // EINVALID: 400 invalid-request, with its param
 		return
 	}
 	ctx := r.Context()
