@@ -74,7 +74,11 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 		return err
 	}
 	defer a.Close()
-	res, err := a.reconciler(&cfg).RunOnce(ctx)
+	rec, err := a.reconciler(&cfg)
+	if err != nil {
+		return err
+	}
+	res, err := rec.RunOnce(ctx)
 	fmt.Fprintln(stdout, res)
 	return err
 }
@@ -93,7 +97,11 @@ func runPurge(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer db.Close()
-	res, err := newPurger(db, cfg.retention).RunOnce(ctx)
+	pur, err := newPurger(db, cfg.retention)
+	if err != nil {
+		return err
+	}
+	res, err := pur.RunOnce(ctx)
 	fmt.Fprintln(stdout, res)
 	return err
 }

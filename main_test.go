@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -304,5 +305,99 @@ func TestJobSchedules(t *testing.T) {
 			}
 			<-c.Stop().Done()
 		}
+	}
+}
+
+// A retention of zero would forget every key at once: purge and serve
+// refuse it at construction.
+func TestBadRetentionRefused(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "r.db")
+	for _, args := range [][]string{
+		{"purge", "--db", db, "--retention", "0s"},
+		{"serve", "--db", db, "--retention", "0s", "--addr", "127.0.0.1:0"},
+	} {
+		err := run(context.Background(), args, env(nil), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--retention") {
+			t.Errorf("%v = %v, want an error naming --retention", args, err)
+		}
+	}
+}
+
+// The admin token comes from the environment, a flag or a file (what a
+// systemd credential is), never two at once; serve refuses one too short
+// to be a secret.
+func TestAdminTokenSources(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "s.db")
+	const token = "0123456789abcdef0123456789abcdef" // 32 characters
+	file := filepath.Join(dir, "admin-token")
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	short := filepath.Join(dir, "short-token")
+	os.WriteFile(short, []byte("a\n"), 0o600)
+	empty := filepath.Join(dir, "empty-token")
+	os.WriteFile(empty, []byte("\n"), 0o600)
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"one-character flag", []string{"--admin-token", "a"}, nil, "at least 32"},
+		{"31 characters in the environment", nil, map[string]string{"ONCEPAY_ADMIN_TOKEN": token[1:]}, "at least 32"},
+		{"short file", []string{"--admin-token-file", short}, nil, "at least 32"},
+		{"empty file", []string{"--admin-token-file", empty}, nil, "empty"},
+		{"missing file", []string{"--admin-token-file", filepath.Join(dir, "nothing")}, nil, "--admin-token-file"},
+		{"token and file", []string{"--admin-token-file", file}, map[string]string{"ONCEPAY_ADMIN_TOKEN": token}, "both set"},
+	} {
+		args := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db}, tt.args...)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a serve that starts stops
+		err := run(ctx, args, env(tt.env), io.Discard, io.Discard)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: run = %v, want an error saying %q", tt.name, err, tt.want)
+		}
+	}
+
+	// From the file, trailing newline and all, it opens the admin surface.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--db", db}, env(map[string]string{"ONCEPAY_ADMIN_TOKEN_FILE": file}), io.Discard, pw)
+		pw.Close()
+	}()
+	var url string
+	sc := bufio.NewScanner(pr)
+	for url == "" && sc.Scan() {
+		var line struct{ Msg, URL string }
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
+			url = line.URL
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	if url == "" {
+		t.Fatalf("serve did not start: %v", <-done)
+	}
+	for _, tt := range []struct {
+		token string
+		want  int
+	}{{token, 200}, {token + "x", 401}} {
+		req, _ := http.NewRequest("GET", url+"/v1/attempts", nil)
+		req.Header.Set("Authorization", "Bearer "+tt.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("GET /v1/attempts with token %q... = %d, want %d", tt.token[:4], resp.StatusCode, tt.want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run = %v, want nil after shutdown", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -40,6 +41,7 @@ type config struct {
 	staleAfter        time.Duration
 	retention         time.Duration
 	adminToken        string
+	adminTokenFile    string
 	reconcileSchedule string
 	purgeSchedule     string
 	logLevel          slog.Level
@@ -66,7 +68,8 @@ func (c *config) registerProvider(fs *flag.FlagSet) {
 
 func (c *config) registerServe(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on (loopback unless you say otherwise)")
-	fs.StringVar(&c.adminToken, "admin-token", "", "credential of the admin page and GET /v1/attempts (serve); empty keeps them closed")
+	fs.StringVar(&c.adminToken, "admin-token", "", "credential of the admin page and GET /v1/attempts (serve), at least 32 characters; empty keeps them closed. As a flag it shows in ps: prefer the environment variable or --admin-token-file")
+	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "file holding the admin token (a systemd credential, say: $CREDENTIALS_DIRECTORY/admin-token); instead of --admin-token")
 	c.registerRetention(fs)
 	fs.StringVar(&c.reconcileSchedule, "reconcile-schedule", "@every 1m", "cron schedule of reconcile (UTC), or off")
 	fs.StringVar(&c.purgeSchedule, "purge-schedule", "@every 10m", "cron schedule of purge (UTC), or off")
@@ -125,6 +128,31 @@ func (c *config) openStripe(ctx context.Context, log *slog.Logger) (*stripe.Clie
 		log.Warn("stripe: could not reach Stripe at start; payments answer 503 until it answers", "err", err)
 	}
 	return p, nil
+}
+
+// minAdminTokenLen is the shortest admin token serve accepts: 32 random
+// characters cannot be guessed, even at many tries a second.
+const minAdminTokenLen = 32
+
+// readAdminToken reads the admin token from --admin-token-file, if given,
+// and, for serve (strict), refuses a token too short to be a secret.
+func (c *config) readAdminToken(strict bool) error {
+	if c.adminTokenFile != "" {
+		if c.adminToken != "" {
+			return errors.New("--admin-token and --admin-token-file (or their ONCEPAY_ variables) are both set: give one")
+		}
+		b, err := os.ReadFile(c.adminTokenFile)
+		if err != nil {
+			return fmt.Errorf("--admin-token-file: %w", err)
+		}
+		if c.adminToken = strings.TrimSpace(string(b)); c.adminToken == "" {
+			return fmt.Errorf("--admin-token-file %s is empty", c.adminTokenFile)
+		}
+	}
+	if strict && c.adminToken != "" && len(c.adminToken) < minAdminTokenLen {
+		return fmt.Errorf("the admin token is %d characters, want at least %d: make one with \"head -c 32 /dev/urandom | base64\"", len(c.adminToken), minAdminTokenLen)
+	}
+	return nil
 }
 
 // app is an open oncepay: its store, its provider, and the flow over them.
@@ -207,12 +235,16 @@ func (a *app) Close() error {
 	return err
 }
 
-func (a *app) reconciler(c *config) *payment.Reconciler {
-	return &payment.Reconciler{Service: a.service, StaleAfter: c.staleAfter, Limit: 1000}
+func (a *app) reconciler(c *config) (*payment.Reconciler, error) {
+	return payment.NewReconciler(payment.Reconciler{Service: a.service, StaleAfter: c.staleAfter})
 }
 
-func newPurger(db *sqlitestore.DB, retention time.Duration) *payment.Purger {
-	return &payment.Purger{Store: db, Now: time.Now, Retention: retention, BatchSize: 1000}
+func newPurger(db *sqlitestore.DB, retention time.Duration) (*payment.Purger, error) {
+	p, err := payment.NewPurger(payment.Purger{Store: db, Retention: retention})
+	if err != nil {
+		return nil, fmt.Errorf("--retention: %w", err)
+	}
+	return p, nil
 }
 
 // runServe runs serve (merchant API keys required) or, with demo, the
@@ -232,6 +264,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if err := cfg.readAdminToken(!demo); err != nil {
 		return err
 	}
 	var handler slog.Handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel})
@@ -254,7 +289,14 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			log.Warn("SIMULATED PROVIDER: no real money moves. Set --provider for a real one.", "ledger", cfg.simDB)
 		}
 	}
-	rec, pur := a.reconciler(&cfg), newPurger(a.db, cfg.retention)
+	rec, err := a.reconciler(&cfg)
+	if err != nil {
+		return err
+	}
+	pur, err := newPurger(a.db, cfg.retention)
+	if err != nil {
+		return err
+	}
 	rec.Observe, pur.Observe = m.Reconciled, m.Purged
 	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Token: cfg.adminToken, Open: demo}
 	if demo && a.sim != nil {
@@ -263,7 +305,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if !demo {
 		srvCfg.Keys = a.db
 		if cfg.adminToken == "" {
-			log.Info("admin page closed: set --admin-token or ONCEPAY_ADMIN_TOKEN to open /admin and GET /v1/attempts")
+			log.Info("admin page closed: set ONCEPAY_ADMIN_TOKEN or --admin-token-file to open /admin and GET /v1/attempts")
 		}
 	}
 

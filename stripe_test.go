@@ -24,6 +24,9 @@ type lockedBuffer struct {
 	b  bytes.Buffer
 }
 
+// adminSecret is an admin token serve accepts: 32 characters at least.
+const adminSecret = "admin-secret-0123456789abcdef0123"
+
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -51,7 +54,7 @@ func TestStripeSecretKeyNeverShown(t *testing.T) {
 	pr, pw := io.Pipe()
 	logs := &lockedBuffer{}
 	done := make(chan error, 1)
-	getenv := env(map[string]string{"STRIPE_SECRET_KEY": stripeTestKey, "ONCEPAY_ADMIN_TOKEN": "admin-secret"})
+	getenv := env(map[string]string{"STRIPE_SECRET_KEY": stripeTestKey, "ONCEPAY_ADMIN_TOKEN": adminSecret})
 	go func() {
 		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--db", db, "--provider", "stripe", "--stripe-url", fake.URL,
 			"--log-level", "DEBUG"}, getenv, io.Discard, pw)
@@ -113,7 +116,7 @@ func TestStripeSecretKeyNeverShown(t *testing.T) {
 		t.Errorf("payment with a refused key = %d, want 503", got)
 	}
 	for _, path := range []string{"/metrics", "/admin", "/v1/attempts", "/healthz"} {
-		if got := do("GET", path, "", "Authorization", "Bearer admin-secret"); got != 200 {
+		if got := do("GET", path, "", "Authorization", "Bearer "+adminSecret); got != 200 {
 			t.Errorf("GET %s = %d, want 200", path, got)
 		}
 	}

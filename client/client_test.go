@@ -325,3 +325,23 @@ func TestNewIntent(t *testing.T) {
 		t.Errorf("intent's metadata = %q after the caller's map changed, want %q", got, "k")
 	}
 }
+
+// An invalid request is final, and the error names the field at fault, so
+// a caller can point at it.
+func TestPayNamesTheInvalidParam(t *testing.T) {
+	o := newOncepay(t, sim.Faults{})
+	c := &client.Client{BaseURL: o.URL, Backoff: fast}
+	req := request("long", "tok_visa")
+	req.Metadata["note"] = strings.Repeat("x", payment.MaxMetadataValueLen+1)
+	_, err := c.Pay(context.Background(), client.NewIntent(req))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Type != payment.ProblemInvalidRequest || e.Param != "metadata[note]" {
+		t.Fatalf("Pay = %v (%+v), want invalid-request with param metadata[note]", err, e)
+	}
+	if !strings.Contains(e.Error(), "metadata[note]") {
+		t.Errorf("Error() = %q, want it to name the param", e.Error())
+	}
+	if client.IsRetryable(err) {
+		t.Error("IsRetryable(invalid request) = true, want false")
+	}
+}

@@ -8,9 +8,10 @@ import (
 )
 
 // Error is an answer from the server other than success: its RFC 9457
-// problem, whose Type is one of the payment.Problem* constants. An answer
-// that was not a problem document (from a proxy, say) has only Status and
-// Title.
+// problem, whose Type is one of the payment.Problem* constants. An
+// invalid-request problem names the field at fault in Param ("amount",
+// "metadata[order_id]"), as Stripe's errors do. An answer that was not a
+// problem document (from a proxy, say) has only Status and Title.
 type Error struct {
 	payment.Problem
 }
@@ -21,6 +22,9 @@ func (e *Error) Error() string {
 		s += " " + e.Type
 	}
 	s += ": " + e.Title
+	if e.Param != "" {
+		s += " (" + e.Param + ")"
+	}
 	if e.Detail != "" {
 		s += ": " + e.Detail
 	}

@@ -24,7 +24,10 @@ const (
 type Error struct {
 	Code    string
 	Message string
-	Err     error // the cause, for logs only
+	// Param names the request field at fault, as Stripe's errors do:
+	// "amount", "metadata[order_id]". Empty when no one field is.
+	Param string
+	Err   error // the cause, for logs only
 }
 
 func (e *Error) Error() string {
@@ -39,6 +42,20 @@ func (e *Error) Unwrap() error { return e.Err }
 // Errorf returns an *Error with code and a formatted client-safe message.
 func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Invalidf returns an EINVALID *Error about the request field param.
+func Invalidf(param, format string, args ...any) *Error {
+	return &Error{Code: EINVALID, Message: fmt.Sprintf(format, args...), Param: param}
+}
+
+// ErrorParam returns the request field err is about, "" if none.
+func ErrorParam(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Param
+	}
+	return ""
 }
 
 // ErrorCode returns the code of err, EINTERNAL for errors that are not *Error.

@@ -2,13 +2,21 @@ package payment
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
 
+// Defaults of the maintenance jobs, as README documents them.
+const (
+	DefaultStaleAfter     = 5 * time.Minute
+	DefaultReconcileLimit = 1000
+	DefaultPurgeBatchSize = 1000
+)
+
 // Reconciler settles attempts left in progress: their owner died, or its
 // answer was lost and the client never retried. The provider is the source
-// of truth; nothing is guessed.
+// of truth; nothing is guessed. Build it with NewReconciler.
 type Reconciler struct {
 	*Service
 	// StaleAfter is how old an in-progress attempt must be before reconcile
@@ -19,6 +27,28 @@ type Reconciler struct {
 	Limit int
 	// Observe, if set, is told what every run and every ReconcileOne did.
 	Observe func(ReconcileResult)
+}
+
+// NewReconciler returns r with its defaults set (StaleAfter 5m, Limit
+// 1000) and its configuration checked, as river's maintenance services do:
+// a zero Limit would make every run settle nothing, silently.
+func NewReconciler(r Reconciler) (*Reconciler, error) {
+	if r.Service == nil {
+		return nil, errors.New("payment: reconciler: no Service")
+	}
+	if r.StaleAfter == 0 {
+		r.StaleAfter = DefaultStaleAfter
+	}
+	if r.Limit == 0 {
+		r.Limit = DefaultReconcileLimit
+	}
+	if r.StaleAfter < 0 {
+		return nil, fmt.Errorf("payment: reconciler: StaleAfter %s is negative", r.StaleAfter)
+	}
+	if r.Limit < 0 {
+		return nil, fmt.Errorf("payment: reconciler: Limit %d is negative", r.Limit)
+	}
+	return &r, nil
 }
 
 // ReconcileResult is what one run did.
@@ -37,6 +67,9 @@ func (r ReconcileResult) String() string {
 
 // RunOnce settles the stale attempts there are now.
 func (r *Reconciler) RunOnce(ctx context.Context) (res ReconcileResult, err error) {
+	if r.Limit < 1 {
+		return res, errors.New("payment: reconciler: Limit is not set; build it with NewReconciler")
+	}
 	defer func() { r.observe(res) }()
 	now := r.Now()
 	stale, err := r.Store.Stale(ctx, now.Add(-r.StaleAfter), now, r.Limit)
@@ -131,6 +164,7 @@ func (r *Reconciler) settle(ctx context.Context, a Attempt) (Status, error) {
 
 // Purger deletes final attempts older than the retention, in batches, so
 // the table stays small and no transaction holds the writer for long.
+// Build it with NewPurger.
 type Purger struct {
 	Store     Store
 	Now       func() time.Time
@@ -138,6 +172,29 @@ type Purger struct {
 	BatchSize int
 	// Observe, if set, is told what every run did.
 	Observe func(PurgeResult)
+}
+
+// NewPurger returns p with its defaults set (Now time.Now, BatchSize 1000)
+// and its configuration checked: a zero BatchSize would delete nothing in a
+// loop that never ends, and a retention of zero would forget every key at
+// once.
+func NewPurger(p Purger) (*Purger, error) {
+	if p.Store == nil {
+		return nil, errors.New("payment: purger: no Store")
+	}
+	if p.Now == nil {
+		p.Now = time.Now
+	}
+	if p.BatchSize == 0 {
+		p.BatchSize = DefaultPurgeBatchSize
+	}
+	if p.Retention <= 0 {
+		return nil, fmt.Errorf("payment: purger: Retention %s must be positive", p.Retention)
+	}
+	if p.BatchSize < 0 {
+		return nil, fmt.Errorf("payment: purger: BatchSize %d is negative", p.BatchSize)
+	}
+	return &p, nil
 }
 
 // PurgeResult is what one run did.
@@ -153,6 +210,9 @@ func (r PurgeResult) String() string {
 // RunOnce deletes every final attempt older than the retention, batch by
 // batch until a batch comes back short.
 func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
+	if p.BatchSize < 1 || p.Now == nil {
+		return res, errors.New("payment: purger: BatchSize or Now is not set; build it with NewPurger")
+	}
 	res.Before = p.Now().Add(-p.Retention)
 	defer func() {
 		if p.Observe != nil {

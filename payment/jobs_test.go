@@ -39,6 +39,16 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{Env: e, clock: c}
 }
 
+// purger purges past a 24h retention, batchSize at a time, on the clock.
+func (f *fixture) purger(t *testing.T, batchSize int) *payment.Purger {
+	t.Helper()
+	p, err := payment.NewPurger(payment.Purger{Store: f.DB, Now: f.clock.Now, Retention: 24 * time.Hour, BatchSize: batchSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // abandon claims key as an owner that then dies: in progress, lease live
 // until it expires on its own.
 func (f *fixture) abandon(t *testing.T, key string, charged bool) *payment.Attempt {
@@ -206,7 +216,7 @@ func TestPurge(t *testing.T) {
 	f.Service.Pay(ctx, "demo", "recent", payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_chargeDeclined"})
 	f.clock.Add(2 * time.Hour)
 
-	p := &payment.Purger{Store: f.DB, Now: f.clock.Now, Retention: 24 * time.Hour, BatchSize: 2}
+	p := f.purger(t, 2)
 	res, err := p.RunOnce(ctx)
 	if err != nil || res.Deleted != 5 {
 		t.Fatalf("RunOnce = %+v, %v; want 5 deleted", res, err)
@@ -259,7 +269,7 @@ func TestKeyReusedAfterRetention(t *testing.T) {
 		t.Fatalf("first = %d, %v", first.Status, err)
 	}
 	f.clock.Add(25 * time.Hour)
-	if res, err := (&payment.Purger{Store: f.DB, Now: f.clock.Now, Retention: 24 * time.Hour, BatchSize: 10}).RunOnce(ctx); err != nil || res.Deleted != 1 {
+	if res, err := f.purger(t, 10).RunOnce(ctx); err != nil || res.Deleted != 1 {
 		t.Fatalf("purge = %+v, %v", res, err)
 	}
 	again, err := f.Service.Pay(ctx, "demo", "k", payment.Request{Amount: 5000, Currency: "EUR", Source: "tok_visa"})
@@ -303,5 +313,64 @@ func TestTakeOverCallsShareOneDeadline(t *testing.T) {
 	_, err := f.Service.Pay(context.Background(), "demo", "k", payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"})
 	if payment.ErrorCode(err) != payment.EOUTCOMEUNKNOWN {
 		t.Errorf("lookup 70ms + charge 70ms under a 100ms provider timeout: err = %v, want outcome unknown", err)
+	}
+}
+
+// The jobs' constructors set defaults and refuse a bad configuration, and a
+// job built by hand without them fails its run instead of looping for ever
+// (a zero BatchSize is LIMIT 0) or silently settling nothing (a zero Limit).
+func TestJobConstructors(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+
+	p, err := payment.NewPurger(payment.Purger{Store: f.DB, Retention: time.Hour})
+	if err != nil || p.BatchSize != payment.DefaultPurgeBatchSize || p.Now == nil {
+		t.Errorf("NewPurger defaults = BatchSize %d, Now set %v (%v); want %d and set", p.BatchSize, p.Now != nil, err, payment.DefaultPurgeBatchSize)
+	}
+	for name, bad := range map[string]payment.Purger{
+		"no store":           {Retention: time.Hour},
+		"zero retention":     {Store: f.DB},
+		"negative retention": {Store: f.DB, Retention: -time.Hour},
+		"negative batch":     {Store: f.DB, Retention: time.Hour, BatchSize: -1},
+	} {
+		if _, err := payment.NewPurger(bad); err == nil {
+			t.Errorf("NewPurger(%s) succeeded, want an error", name)
+		}
+	}
+
+	r, err := payment.NewReconciler(payment.Reconciler{Service: f.Service})
+	if err != nil || r.Limit != payment.DefaultReconcileLimit || r.StaleAfter != payment.DefaultStaleAfter {
+		t.Errorf("NewReconciler defaults = Limit %d, StaleAfter %s (%v); want %d, %s", r.Limit, r.StaleAfter, err, payment.DefaultReconcileLimit, payment.DefaultStaleAfter)
+	}
+	for name, bad := range map[string]payment.Reconciler{
+		"no service":           {Limit: 10},
+		"negative limit":       {Service: f.Service, Limit: -1},
+		"negative stale-after": {Service: f.Service, StaleAfter: -time.Minute},
+	} {
+		if _, err := payment.NewReconciler(bad); err == nil {
+			t.Errorf("NewReconciler(%s) succeeded, want an error", name)
+		}
+	}
+
+	// Built by hand: an error, at once.
+	f.Service.Pay(ctx, "demo", "old", payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"})
+	f.clock.Add(48 * time.Hour)
+	done := make(chan error, 1)
+	go func() {
+		_, err := (&payment.Purger{Store: f.DB, Now: f.clock.Now, Retention: time.Hour}).RunOnce(ctx)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("zero-BatchSize Purger.RunOnce = nil error, want an error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("zero-BatchSize Purger.RunOnce still running after 5s: it loops for ever")
+	}
+	f.abandon(t, "stuck", false)
+	f.clock.Add(time.Hour)
+	if res, err := (&payment.Reconciler{Service: f.Service, StaleAfter: time.Minute}).RunOnce(ctx); err == nil {
+		t.Errorf("zero-Limit Reconciler.RunOnce = %+v, nil error; want an error, not a run that settles nothing", res)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -60,7 +61,12 @@ func ParseRequest(body []byte) (Request, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
-		return Request{}, Errorf(EINVALID, "The body does not match the payment schema: %s.", jsonErrorDetail(err))
+		e := Errorf(EINVALID, "The body does not match the payment schema: %s.", jsonErrorDetail(err))
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			e.Param = te.Field
+		}
+		return Request{}, e
 	}
 	return w.validate()
 }
@@ -68,18 +74,18 @@ func ParseRequest(body []byte) (Request, error) {
 func (w *wireRequest) validate() (Request, error) {
 	r := Request{Currency: w.Currency, Source: w.Source, Description: w.Description, Metadata: w.Metadata}
 	if len(w.Amount) == 0 || string(w.Amount) == "null" {
-		return r, Errorf(EINVALID, "amount is required: an integer in minor units (cents).")
+		return r, Invalidf("amount", "amount is required: an integer in minor units (cents).")
 	}
 	amount, err := strconv.ParseInt(string(w.Amount), 10, 64)
 	switch {
 	case err != nil && errors.Is(err, strconv.ErrRange):
-		return r, Errorf(EINVALID, "amount is too large: at most %d minor units.", MaxAmount)
+		return r, Invalidf("amount", "amount is too large: at most %d minor units.", MaxAmount)
 	case err != nil:
-		return r, Errorf(EINVALID, "amount must be an integer in minor units (cents), not %s.", truncate(string(w.Amount), 40))
+		return r, Invalidf("amount", "amount must be an integer in minor units (cents), not %s.", truncate(string(w.Amount), 40))
 	case amount <= 0:
-		return r, Errorf(EINVALID, "amount must be positive.")
+		return r, Invalidf("amount", "amount must be positive.")
 	case amount > MaxAmount:
-		return r, Errorf(EINVALID, "amount is too large: at most %d minor units.", MaxAmount)
+		return r, Invalidf("amount", "amount is too large: at most %d minor units.", MaxAmount)
 	}
 	r.Amount = amount
 	// Stripe and its clients write "usd", the standard "USD": both name the
@@ -90,26 +96,26 @@ func (w *wireRequest) validate() (Request, error) {
 		r.Currency = strings.ToUpper(r.Currency)
 	}
 	if !validCurrency(r.Currency) {
-		return r, Errorf(EINVALID, "currency must be an ISO 4217 code, such as \"EUR\" or \"eur\".")
+		return r, Invalidf("currency", "currency must be an ISO 4217 code, such as \"EUR\" or \"eur\".")
 	}
 	if r.Source == "" {
-		return r, Errorf(EINVALID, "source is required: the payment method token, such as \"tok_visa\".")
+		return r, Invalidf("source", "source is required: the payment method token, such as \"tok_visa\".")
 	}
 	if len(r.Source) > MaxSourceLen || !visibleASCII(r.Source) {
-		return r, Errorf(EINVALID, "source must be 1-%d visible ASCII characters.", MaxSourceLen)
+		return r, Invalidf("source", "source must be 1-%d visible ASCII characters.", MaxSourceLen)
 	}
 	if utf8.RuneCountInString(r.Description) > MaxDescriptionLen || hasControl(r.Description) {
-		return r, Errorf(EINVALID, "description must be at most %d characters, without control characters.", MaxDescriptionLen)
+		return r, Invalidf("description", "description must be at most %d characters, without control characters.", MaxDescriptionLen)
 	}
 	if len(r.Metadata) > MaxMetadataKeys {
-		return r, Errorf(EINVALID, "metadata has at most %d keys.", MaxMetadataKeys)
+		return r, Invalidf("metadata", "metadata has at most %d keys.", MaxMetadataKeys)
 	}
 	for k, v := range r.Metadata {
 		if k == "" || utf8.RuneCountInString(k) > MaxMetadataKeyLen || hasControl(k) {
-			return r, Errorf(EINVALID, "metadata keys must be 1-%d characters, without control characters.", MaxMetadataKeyLen)
+			return r, Invalidf("metadata", "metadata keys must be 1-%d characters, without control characters.", MaxMetadataKeyLen)
 		}
 		if utf8.RuneCountInString(v) > MaxMetadataValueLen || hasControl(v) {
-			return r, Errorf(EINVALID, "metadata values must be at most %d characters, without control characters.", MaxMetadataValueLen)
+			return r, Invalidf("metadata["+k+"]", "metadata values must be at most %d characters, without control characters.", MaxMetadataValueLen)
 		}
 	}
 	if len(r.Metadata) == 0 {
@@ -145,77 +151,149 @@ func ValidKey(k string) bool {
 
 // checkJSON rejects what encoding/json would quietly accept: duplicate keys
 // (which one wins is ambiguous), keys that differ from a field only in case,
-// a body that is not one object, and trailing data.
+// a body that is not one object, trailing data, and escapes of unpaired
+// UTF-16 surrogates (decoded as U+FFFD, so two different bodies would read
+// alike).
 func checkJSON(body []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	tok, err := dec.Token()
+	c := &jsonChecker{dec: json.NewDecoder(bytes.NewReader(body)), body: body}
+	c.dec.UseNumber()
+	tok, err := c.dec.Token()
 	if err != nil {
 		return Errorf(EINVALID, "The body is not valid JSON.")
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return Errorf(EINVALID, "The body must be a JSON object.")
 	}
-	if err := checkObject(dec, 1); err != nil {
+	if err := c.object("", 1); err != nil {
 		return err
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if _, err := c.dec.Token(); err != io.EOF {
 		return Errorf(EINVALID, "The body has data after the JSON object.")
 	}
 	return nil
 }
 
-// checkObject walks the members of an object whose '{' was just read.
-func checkObject(dec *json.Decoder, depth int) error {
+// jsonChecker walks a body token by token, seeing each token's raw bytes.
+type jsonChecker struct {
+	dec  *json.Decoder
+	body []byte
+}
+
+// token reads the next token and reports whether its raw bytes hold an
+// unpaired surrogate escape, which the decoded token no longer shows.
+func (c *jsonChecker) token() (tok json.Token, lone bool, err error) {
+	start := c.dec.InputOffset()
+	if tok, err = c.dec.Token(); err != nil {
+		return nil, false, Errorf(EINVALID, "The body is not valid JSON.")
+	}
+	return tok, hasLoneSurrogate(c.body[start:c.dec.InputOffset()]), nil
+}
+
+// object walks the members of an object whose '{' was just read; field is
+// the object's own param ("" for the body, "metadata").
+func (c *jsonChecker) object(field string, depth int) error {
 	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
+	for c.dec.More() {
+		tok, lone, err := c.token()
 		if err != nil {
-			return Errorf(EINVALID, "The body is not valid JSON.")
+			return err
+		}
+		if lone {
+			return Invalidf(field, "A field name has an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF): not a character.")
 		}
 		key := tok.(string) // the decoder only yields strings in key position
 		if seen[key] {
-			return Errorf(EINVALID, "The field %q appears twice.", truncate(key, 40))
+			return Invalidf(param(field, key), "The field %q appears twice.", truncate(key, 40))
 		}
 		seen[key] = true
 		if depth == 1 && !requestFields[key] {
-			return Errorf(EINVALID, "Unknown field %q.", truncate(key, 40))
+			return Invalidf(truncate(key, 40), "Unknown field %q.", truncate(key, 40))
 		}
-		if err := checkValue(dec, depth); err != nil {
+		if err := c.value(param(field, key), depth); err != nil {
 			return err
 		}
 	}
-	return closeDelim(dec)
+	return c.closeDelim()
 }
 
-func checkValue(dec *json.Decoder, depth int) error {
-	tok, err := dec.Token()
+func (c *jsonChecker) value(field string, depth int) error {
+	tok, lone, err := c.token()
 	if err != nil {
-		return Errorf(EINVALID, "The body is not valid JSON.")
+		return err
+	}
+	if lone {
+		return Invalidf(field, "%s has an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF): not a character.", field)
 	}
 	d, ok := tok.(json.Delim)
 	if !ok {
 		return nil
 	}
 	if depth >= maxJSONDepth {
-		return Errorf(EINVALID, "The body is nested too deeply.")
+		return Invalidf(field, "The body is nested too deeply.")
 	}
 	if d == '{' {
-		return checkObject(dec, depth+1)
+		return c.object(field, depth+1)
 	}
-	for dec.More() { // '[': arrays are never valid here, but are walked so the error names the field
-		if err := checkValue(dec, depth+1); err != nil {
+	for c.dec.More() { // '[': arrays are never valid here, but are walked so the error names the field
+		if err := c.value(field, depth+1); err != nil {
 			return err
 		}
 	}
-	return closeDelim(dec)
+	return c.closeDelim()
 }
 
-func closeDelim(dec *json.Decoder) error {
-	if _, err := dec.Token(); err != nil {
+func (c *jsonChecker) closeDelim() error {
+	if _, err := c.dec.Token(); err != nil {
 		return Errorf(EINVALID, "The body is not valid JSON.")
 	}
 	return nil
+}
+
+// hasLoneSurrogate reports whether raw JSON holds a \uXXXX escape of a
+// UTF-16 surrogate that is not the high half of a pair followed by its low
+// half. Only escapes are looked at: a surrogate written as UTF-8 is already
+// invalid UTF-8.
+func hasLoneSurrogate(raw []byte) bool {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character: a backslash escaped is skipped whole
+		r, ok := escapedUnit(raw, i)
+		if !ok {
+			continue
+		}
+		i += 4
+		switch {
+		case utf16.IsSurrogate(r) && r < 0xdc00: // high: its low half must follow
+			if lo, ok := escapedUnit(raw, i+2); ok && i+1 < len(raw) && raw[i+1] == '\\' && lo >= 0xdc00 && lo <= 0xdfff {
+				i += 6
+				continue
+			}
+			return true
+		case utf16.IsSurrogate(r): // a low half with no high half before it
+			return true
+		}
+	}
+	return false
+}
+
+// escapedUnit is the UTF-16 unit of the escape "uXXXX" at raw[i:], if it is one.
+func escapedUnit(raw []byte, i int) (rune, bool) {
+	if i+5 > len(raw) || raw[i] != 'u' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(raw[i+1:i+5]), 16, 16)
+	return rune(n), err == nil
+}
+
+// param names key of the object field as Stripe does: "metadata[order_id]".
+func param(field, key string) string {
+	key = truncate(key, MaxMetadataKeyLen)
+	if field == "" {
+		return key
+	}
+	return field + "[" + key + "]"
 }
 
 // jsonErrorDetail turns a decode error into a client-safe phrase.
@@ -237,9 +315,11 @@ func visibleASCII(s string) bool {
 	return true
 }
 
+// hasControl reports a C0 or C1 control character (U+0000-U+001F,
+// U+007F-U+009F): U+009B, say, starts a terminal escape sequence.
 func hasControl(s string) bool {
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
 			return true
 		}
 	}

@@ -207,3 +207,77 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// An invalid request names the field at fault, as Stripe's param does;
+// a body that is not a payment at all names none.
+func TestParseRequestParam(t *testing.T) {
+	const ok = `"amount":1000,"currency":"EUR","source":"tok_visa"`
+	for _, tt := range []struct {
+		name, body, param string
+	}{
+		{"malformed JSON", `{"amount":1000,`, ""},
+		{"invalid UTF-8", "{" + ok + ",\"description\":\"\xff\"}", ""},
+		{"amount missing", `{"currency":"EUR","source":"tok_visa"}`, "amount"},
+		{"amount as string", `{"amount":"1000","currency":"EUR","source":"tok_visa"}`, "amount"},
+		{"amount over maximum", `{"amount":100000000,"currency":"EUR","source":"tok_visa"}`, "amount"},
+		{"currency unknown", `{"amount":1000,"currency":"XYZ","source":"tok_visa"}`, "currency"},
+		{"source missing", `{"amount":1000,"currency":"EUR"}`, "source"},
+		{"description too long", "{" + ok + `,"description":"` + strings.Repeat("x", 1001) + `"}`, "description"},
+		{"description a number", "{" + ok + `,"description":5}`, "description"},
+		{"too many metadata keys", "{" + ok + `,"metadata":{` + manyKeys(51) + `}}`, "metadata"},
+		{"metadata value too long", "{" + ok + `,"metadata":{"order":"` + strings.Repeat("v", 501) + `"}}`, "metadata[order]"},
+		{"duplicate metadata key", "{" + ok + `,"metadata":{"a":"1","a":"2"}}`, "metadata[a]"},
+		{"duplicate field", `{"amount":1000,` + ok + `}`, "amount"},
+		{"unknown field", "{" + ok + `,"capture":true}`, "capture"},
+	} {
+		_, err := payment.ParseRequest([]byte(tt.body))
+		if got := payment.ErrorParam(err); got != tt.param || payment.ErrorCode(err) != payment.EINVALID {
+			t.Errorf("%s: param = %q (err %v), want %q", tt.name, got, err, tt.param)
+		}
+		if p := payment.ProblemOf(err); p.Param != tt.param {
+			t.Errorf("%s: problem param = %q, want %q", tt.name, p.Param, tt.param)
+		}
+	}
+}
+
+// C1 control characters (U+0080-U+009F; U+009B starts a terminal escape)
+// are control characters too, and an escaped unpaired UTF-16 surrogate,
+// which encoding/json would quietly turn into U+FFFD (two different bodies
+// reading alike), is rejected; both name the field. A real pair, an
+// escaped backslash before "ud800" and a U+FFFD sent as such are text.
+func TestParseRequestC1AndSurrogates(t *testing.T) {
+	const ok = `"amount":1000,"currency":"EUR","source":"tok_visa"`
+	for _, tt := range []struct {
+		name, body, param string
+	}{
+		{"C1 in description, escaped", "{" + ok + `,"description":"a\u009b[2Jb"}`, "description"},
+		{"C1 in description, raw", "{" + ok + ",\"description\":\"a\u0085b\"}", "description"},
+		{"C1 in a metadata value", "{" + ok + `,"metadata":{"k":"\u0080"}}`, "metadata[k]"},
+		{"C1 in a metadata key", "{" + ok + `,"metadata":{"k\u009f":"v"}}`, "metadata"},
+		{"DEL in description", "{" + ok + `,"description":"a\u007fb"}`, "description"},
+		{"lone high surrogate", "{" + ok + `,"description":"a\ud800b"}`, "description"},
+		{"lone high surrogate at the end", "{" + ok + `,"description":"a\uD800"}`, "description"},
+		{"high surrogate then another escape", "{" + ok + `,"description":"\ud800\u0041"}`, "description"},
+		{"two high surrogates", "{" + ok + `,"description":"\ud800\ud800\udc00"}`, "description"},
+		{"lone low surrogate", "{" + ok + `,"description":"\udfff"}`, "description"},
+		{"lone surrogate in a metadata value", "{" + ok + `,"metadata":{"order":"\udc00"}}`, "metadata[order]"},
+		{"lone surrogate in a metadata key", "{" + ok + `,"metadata":{"\ud800":"v"}}`, "metadata"},
+		{"lone surrogate in source", `{"amount":1000,"currency":"EUR","source":"tok_\ud800"}`, "source"},
+	} {
+		_, err := payment.ParseRequest([]byte(tt.body))
+		if payment.ErrorCode(err) != payment.EINVALID || payment.ErrorParam(err) != tt.param {
+			t.Errorf("%s: err = %v, param %q; want invalid with param %q", tt.name, err, payment.ErrorParam(err), tt.param)
+		}
+	}
+	for _, tt := range []struct{ name, body, description string }{
+		{"surrogate pair", "{" + ok + `,"description":"\ud83d\ude00 \uD83D\uDE00"}`, "\U0001F600 \U0001F600"},
+		{"escaped backslash before ud800", "{" + ok + `,"description":"\\ud800"}`, `\ud800`},
+		{"U+FFFD sent as itself", "{" + ok + `,"description":"\ufffd` + "\ufffd" + `"}`, "\ufffd\ufffd"},
+		{"Latin-1 letters above C1", "{" + ok + `,"description":"\u00a0caf\u00e9"}`, "\u00a0café"},
+	} {
+		r, err := payment.ParseRequest([]byte(tt.body))
+		if err != nil || r.Description != tt.description {
+			t.Errorf("%s: description %q, err %v; want %q", tt.name, r.Description, err, tt.description)
+		}
+	}
+}

@@ -8,28 +8,33 @@ import (
 // Problem types: stable identifiers of every error a client can get, as RFC
 // 9457 "type" URI references. Clients branch on these, never on titles.
 const (
-	ProblemInvalidRequest   = "/problems/invalid-request"
-	ProblemInvalidKey       = "/problems/invalid-idempotency-key"
-	ProblemUnauthorized     = "/problems/unauthorized"
-	ProblemNotFound         = "/problems/not-found"
-	ProblemMethodNotAllowed = "/problems/method-not-allowed"
-	ProblemKeyReused        = "/problems/idempotency-key-reused"
-	ProblemInProgress       = "/problems/request-in-progress"
-	ProblemDeclined         = "/problems/payment-declined"
-	ProblemNotCompleted     = "/problems/payment-not-completed"
-	ProblemOutcomeUnknown   = "/problems/payment-outcome-unknown"
-	ProblemUnavailable      = "/problems/service-unavailable"
-	ProblemTooLarge         = "/problems/request-too-large"
-	ProblemUnsupportedMedia = "/problems/unsupported-media-type"
-	ProblemInternal         = "/problems/internal-error"
+	ProblemInvalidRequest      = "/problems/invalid-request"
+	ProblemInvalidKey          = "/problems/invalid-idempotency-key"
+	ProblemUnauthorized        = "/problems/unauthorized"
+	ProblemNotFound            = "/problems/not-found"
+	ProblemMethodNotAllowed    = "/problems/method-not-allowed"
+	ProblemKeyReused           = "/problems/idempotency-key-reused"
+	ProblemInProgress          = "/problems/request-in-progress"
+	ProblemDeclined            = "/problems/payment-declined"
+	ProblemNotCompleted        = "/problems/payment-not-completed"
+	ProblemOutcomeUnknown      = "/problems/payment-outcome-unknown"
+	ProblemUnavailable         = "/problems/service-unavailable"
+	ProblemTooLarge            = "/problems/request-too-large"
+	ProblemUnsupportedMedia    = "/problems/unsupported-media-type"
+	ProblemUnsupportedEncoding = "/problems/unsupported-content-encoding"
+	ProblemInternal            = "/problems/internal-error"
+	ProblemCrossOrigin         = "/problems/cross-origin-request"
+	ProblemTooManyRequests     = "/problems/too-many-requests"
 )
 
 // Problem is an RFC 9457 problem details body.
 type Problem struct {
-	Type        string `json:"type"`
-	Title       string `json:"title"`
-	Status      int    `json:"status"`
-	Detail      string `json:"detail,omitempty"`
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Param names the request field an invalid-request problem is about.
+	Param       string `json:"param,omitempty"`
 	PaymentID   string `json:"payment_id,omitempty"`
 	DeclineCode string `json:"decline_code,omitempty"`
 }
@@ -42,7 +47,7 @@ const RetryAfterSeconds = 1
 // ProblemOf maps an error to the problem a client sees. Internal errors get
 // a bare 500 whose detail never carries their text.
 func ProblemOf(err error) Problem {
-	p := Problem{Detail: ErrorMessage(err)}
+	p := Problem{Detail: ErrorMessage(err), Param: ErrorParam(err)}
 	switch ErrorCode(err) {
 	case EINVALID:
 		p.Type, p.Title, p.Status = ProblemInvalidRequest, "Invalid request", 400

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -42,13 +43,28 @@ var adminTemplates = map[string]*template.Template{
 // as a Bearer token for scripts. Merchant API keys never open it.
 func (s *server) adminAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.Admin.Open || s.adminCredential(r) {
+		if s.Admin.Open {
 			next.ServeHTTP(w, r)
 			return
 		}
+		client, now := clientAddr(r), s.Payments.Now()
+		if wait := s.adminFailures.wait(client, now); wait > 0 {
+			secs := int(math.Ceil(wait.Seconds()))
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			writeProblem(w, payment.Problem{Type: payment.ProblemTooManyRequests, Title: "Too many failed attempts", Status: http.StatusTooManyRequests,
+				Detail: fmt.Sprintf("Too many wrong admin credentials from this address: try again in %d seconds.", secs)})
+			return
+		}
+		if s.adminCredential(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if s.Admin.Token != "" { // with no token there is nothing to guess
+			s.adminFailures.fail(client, now)
+		}
 		detail := "Send the admin token (HTTP Basic password, or Authorization: Bearer)."
 		if s.Admin.Token == "" {
-			detail = "The admin page is closed: start oncepay serve with --admin-token (or ONCEPAY_ADMIN_TOKEN) to open it."
+			detail = "The admin page is closed: start oncepay serve with ONCEPAY_ADMIN_TOKEN or --admin-token-file to open it."
 		}
 		w.Header().Set("WWW-Authenticate", `Basic realm="oncepay admin", charset="UTF-8"`)
 		writeProblem(w, payment.Problem{Type: payment.ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: detail})
@@ -149,19 +165,19 @@ func listParams(r *http.Request, defaultLimit int) (payment.AttemptFilter, error
 	switch f.Status {
 	case "", payment.InProgress, payment.Succeeded, payment.Failed:
 	default:
-		return f, payment.Errorf(payment.EINVALID, "status must be in_progress, succeeded or failed.")
+		return f, payment.Invalidf("status", "status must be in_progress, succeeded or failed.")
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 500 {
-			return f, payment.Errorf(payment.EINVALID, "limit must be an integer from 1 to 500.")
+			return f, payment.Invalidf("limit", "limit must be an integer from 1 to 500.")
 		}
 		f.Limit = n
 	}
 	if v := q.Get("offset"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return f, payment.Errorf(payment.EINVALID, "offset must be a non-negative integer.")
+			return f, payment.Invalidf("offset", "offset must be a non-negative integer.")
 		}
 		f.Offset = n
 	}

@@ -1,6 +1,8 @@
 package server_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"database/sql"
 	"encoding/base64"
@@ -44,6 +46,8 @@ func TestBadInputs(t *testing.T) {
 		{"nested metadata", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","metadata":{"a":{"b":"c"}}}`, 400, payment.ProblemInvalidRequest},
 		{"invalid UTF-8", nil, json, "{\"amount\":1000,\"currency\":\"EUR\",\"source\":\"tok_visa\",\"description\":\"\xc3\x28\"}", 400, payment.ProblemInvalidRequest},
 		{"control character in description", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","description":"a\u0007b"}`, 400, payment.ProblemInvalidRequest},
+		{"C1 control character in description", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","description":"a\u009b[2Jb"}`, 400, payment.ProblemInvalidRequest},
+		{"lone surrogate in metadata", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","metadata":{"a":"\ud800"}}`, 400, payment.ProblemInvalidRequest},
 		{"oversize body", nil, json, `{"amount":1000,"currency":"EUR","source":"tok_visa","description":"` + strings.Repeat("x", 70_000) + `"}`, 413, payment.ProblemTooLarge},
 		{"text/plain content type", nil, "text/plain", visa, 415, payment.ProblemUnsupportedMedia},
 		{"form content type", nil, "application/x-www-form-urlencoded", visa, 415, payment.ProblemUnsupportedMedia},
@@ -213,5 +217,40 @@ func TestBodyLimitBoundary(t *testing.T) {
 	}
 	if n := len(e.ledger()); n != 1 {
 		t.Errorf("ledger has %d charges, want 1", n)
+	}
+}
+
+// A compressed body is refused as such (415, with the codings accepted),
+// not misread as JSON that is not UTF-8; identity is no coding at all.
+func TestContentEncodingRefused(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(visa))
+	zw.Close()
+	for _, tt := range []struct {
+		name, encoding string
+		body           []byte
+	}{
+		{"gzip", "gzip", gz.Bytes()},
+		{"gzip after identity", "identity, gzip", gz.Bytes()},
+		{"deflate in capitals", "DEFLATE", []byte(visa)},
+		{"br", "br", []byte(visa)},
+	} {
+		key := "enc-" + strings.ReplaceAll(tt.name, " ", "-")
+		r := e.do("POST", "/v1/payments", tt.body, "Idempotency-Key", key, "Content-Type", "application/json", "Content-Encoding", tt.encoding)
+		if r.Status != 415 || r.problemType() != payment.ProblemUnsupportedEncoding || r.Header.Get("Accept-Encoding") != "identity" {
+			t.Errorf("%s: %d %q Accept-Encoding %q (%s), want 415 %s with Accept-Encoding identity",
+				tt.name, r.Status, r.problemType(), r.Header.Get("Accept-Encoding"), r.Body, payment.ProblemUnsupportedEncoding)
+		}
+		if _, err := e.DB.Attempt(context.Background(), "demo", key); err == nil {
+			t.Errorf("%s: a row was written", tt.name)
+		}
+	}
+	if r := e.do("POST", "/v1/payments", []byte(visa), "Idempotency-Key", "enc-identity", "Content-Type", "application/json", "Content-Encoding", "identity"); r.Status != 201 {
+		t.Errorf("identity: %d %s, want 201", r.Status, r.Body)
+	}
+	if n := len(e.ledger()); n != 1 {
+		t.Errorf("ledger has charges for %d keys, want 1 (identity only)", n)
 	}
 }

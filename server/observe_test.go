@@ -116,12 +116,18 @@ func TestMetricsAndLogs(t *testing.T) {
 
 	// Reconcile and purge runs are counted by the jobs themselves, however
 	// they are started (cron, the admin page, the workshop).
-	rec := &payment.Reconciler{Service: e.Service, StaleAfter: 0, Limit: 10, Observe: e.Metrics.Reconciled}
+	rec, err := payment.NewReconciler(payment.Reconciler{Service: e.Service, StaleAfter: time.Nanosecond, Limit: 10, Observe: e.Metrics.Reconciled})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := rec.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	purger := &payment.Purger{Store: e.DB, Now: func() time.Time { return time.Now().Add(48 * time.Hour) },
-		Retention: 24 * time.Hour, BatchSize: 2, Observe: e.Metrics.Purged}
+	purger, err := payment.NewPurger(payment.Purger{Store: e.DB, Now: func() time.Time { return time.Now().Add(48 * time.Hour) },
+		Retention: 24 * time.Hour, BatchSize: 2, Observe: e.Metrics.Purged})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := purger.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}

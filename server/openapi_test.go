@@ -74,7 +74,19 @@ func (s *spec) check(name, method, path string, r response) {
 	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
 		s.t.Errorf("%s: %s %s answered %d %.300s, which the spec does not allow: %v", name, method, path, r.Status, bytes.TrimSpace(r.Body), err)
 	}
+	// The validator ignores headers a response does not declare: the ones a
+	// client acts on must be declared where they are sent.
+	if spec := route.Operation.Responses.Status(r.Status); spec != nil {
+		for _, h := range clientHeaders {
+			if r.Header.Get(h) != "" && spec.Value.Headers[h] == nil {
+				s.t.Errorf("%s: %s %s %d sends %s, which the spec does not declare there", name, method, path, r.Status, h)
+			}
+		}
+	}
 }
+
+// clientHeaders are the response headers a client acts on.
+var clientHeaders = []string{"Idempotent-Replayed", "Retry-After", "WWW-Authenticate", "Allow", "Accept-Encoding"}
 
 // checkComponent validates a response no operation owns (an unknown route, a
 // method a path lacks) against the spec's shared response called name.
@@ -84,6 +96,11 @@ func (s *spec) checkComponent(name string, r response) {
 	if ref == nil {
 		s.t.Errorf("spec has no components.responses.%s", name)
 		return
+	}
+	for _, h := range clientHeaders {
+		if r.Header.Get(h) != "" && ref.Value.Headers[h] == nil {
+			s.t.Errorf("%s: %d sends %s, which the spec does not declare", name, r.Status, h)
+		}
 	}
 	media := ref.Value.Content.Get(r.Header.Get("Content-Type"))
 	if media == nil {
@@ -112,6 +129,14 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	admin := func(path string) response { return e.do("GET", path, nil, "Authorization", "Bearer spec-admin") }
 	full := `{"amount":1999,"currency":"EUR","source":"tok_visa","description":"Order 42","metadata":{"order_id":"42"}}`
 	declined := `{"amount":500,"currency":"EUR","source":"tok_chargeDeclined"}`
+
+	// A key reused after the retention with another body: the provider's
+	// "key reused" is a stored 409, replayed as such.
+	pay("spec-retained", visa)
+	if _, err := e.DB.Purge(context.Background(), time.Now().Add(time.Hour), 100); err != nil {
+		t.Fatal(err)
+	}
+	keyReusedAfterRetention := pay("spec-retained", declined)
 
 	created := pay("spec-ok", full)
 	var createdID string
@@ -145,9 +170,12 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"declined replayed", "POST", "/v1/payments", pay("spec-declined", declined), 402, payment.ProblemDeclined},
 		{"not completed", "POST", "/v1/payments", notCompleted(t, e, scope, "spec-abandoned", bearer), 402, payment.ProblemNotCompleted},
 		{"key reused", "POST", "/v1/payments", pay("spec-ok", visa), 409, payment.ProblemKeyReused},
+		{"key reused after the retention", "POST", "/v1/payments", keyReusedAfterRetention, 409, payment.ProblemKeyReused},
+		{"key reused after the retention, replayed", "POST", "/v1/payments", pay("spec-retained", declined), 409, payment.ProblemKeyReused},
 		{"in progress", "POST", "/v1/payments", inProgress(t, e, scope, "spec-slow", bearer), 409, payment.ProblemInProgress},
 		{"too large", "POST", "/v1/payments", pay("spec-big", `{"description":"`+strings.Repeat("x", 70_000)+`"}`), 413, payment.ProblemTooLarge},
 		{"unsupported media type", "POST", "/v1/payments", e.do("POST", "/v1/payments", []byte(visa), bearer[0], bearer[1], "Idempotency-Key", "spec-text", "Content-Type", "text/plain"), 415, payment.ProblemUnsupportedMedia},
+		{"unsupported content encoding", "POST", "/v1/payments", e.do("POST", "/v1/payments", []byte(visa), bearer[0], bearer[1], "Idempotency-Key", "spec-gzip", "Content-Type", "application/json", "Content-Encoding", "gzip"), 415, payment.ProblemUnsupportedEncoding},
 		{"outcome unknown", "POST", "/v1/payments", unknown, 503, payment.ProblemOutcomeUnknown},
 		{"database busy", "POST", "/v1/payments", whileLocked(t, e, func() response { return pay("spec-locked", visa) }), 503, payment.ProblemUnavailable},
 		{"get succeeded", "GET", "/v1/payments/" + createdID, get("/v1/payments/" + createdID), 200, ""},
@@ -168,6 +196,8 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"sim calls", "GET", "/sim/calls", admin("/sim/calls"), 200, ""},
 		{"sim faults", "GET", "/sim/faults", admin("/sim/faults"), 200, ""},
 		{"sim set faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0}`), "Authorization", "Bearer spec-admin"), 200, ""},
+		{"sim set faults cross-origin", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{}`), "Authorization", "Bearer spec-admin", "Origin", "https://evil.example", "Content-Type", "text/plain"), 403, payment.ProblemCrossOrigin},
+		{"admin reconcile cross-origin", "POST", "/admin/reconcile", e.do("POST", "/admin/reconcile", nil, "Authorization", "Bearer spec-admin", "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"), 403, payment.ProblemCrossOrigin},
 		{"sim bad faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":2,"fail_after_charge":0,"fail_lookup":0}`), "Authorization", "Bearer spec-admin"), 400, payment.ProblemInvalidRequest},
 	}
 	seen := map[string]bool{}
@@ -184,6 +214,9 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	}
 	if got := replayed.Header.Get("Idempotent-Replayed"); got != "true" {
 		t.Errorf("replayed 201 has Idempotent-Replayed: %q, want true", got)
+	}
+	if got := keyReusedAfterRetention.Header.Get("Idempotent-Replayed"); got != "" {
+		t.Errorf("first stored 409 has Idempotent-Replayed: %q", got)
 	}
 
 	for _, tt := range []struct {
@@ -202,6 +235,19 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		seen[tt.r.problemType()] = true
 	}
 
+	// Guessing the admin token: after 10 failures, 429 (last, since it
+	// locks this test's address out of the admin surface for a while).
+	var limited response
+	for range 11 {
+		limited = e.do("GET", "/v1/attempts", nil, "Authorization", "Bearer spec-guess")
+	}
+	if limited.Status != 429 || limited.problemType() != payment.ProblemTooManyRequests {
+		t.Errorf("11th wrong admin token: %d %s, want 429 %s", limited.Status, limited.Body, payment.ProblemTooManyRequests)
+	} else {
+		s.check("too many admin failures", "GET", "/v1/attempts", limited)
+		seen[payment.ProblemTooManyRequests] = true
+	}
+
 	// The spec's problem types are exactly the code's, and every one the
 	// server can answer without a bug was answered above.
 	codeTypes := []string{
@@ -209,7 +255,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		payment.ProblemNotFound, payment.ProblemMethodNotAllowed, payment.ProblemKeyReused,
 		payment.ProblemInProgress, payment.ProblemDeclined, payment.ProblemNotCompleted,
 		payment.ProblemOutcomeUnknown, payment.ProblemUnavailable, payment.ProblemTooLarge,
-		payment.ProblemUnsupportedMedia, payment.ProblemInternal,
+		payment.ProblemUnsupportedMedia, payment.ProblemUnsupportedEncoding, payment.ProblemCrossOrigin, payment.ProblemTooManyRequests, payment.ProblemInternal,
 	}
 	var specTypes []string
 	for _, v := range s.doc.Components.Schemas["ProblemType"].Value.Enum {

@@ -70,6 +70,13 @@ func (s *server) handleCreatePayment(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, payment.Errorf(payment.EKEY, "Send exactly one Idempotency-Key header of 1-%d visible ASCII characters, made once per payment intent.", payment.MaxKeyLen))
 		return
 	}
+	if !identityEncoded(r.Header.Values("Content-Encoding")) {
+		// RFC 9110 15.5.16: say which codings would have been accepted.
+		w.Header().Set("Accept-Encoding", "identity")
+		writeProblem(w, payment.Problem{Type: payment.ProblemUnsupportedEncoding, Title: "Unsupported content encoding",
+			Status: http.StatusUnsupportedMediaType, Detail: "Send the body uncompressed: no Content-Encoding, or identity."})
+		return
+	}
 	if !isJSON(r.Header.Get("Content-Type")) {
 		writeProblem(w, payment.Problem{Type: payment.ProblemUnsupportedMedia, Title: "Unsupported media type",
 			Status: http.StatusUnsupportedMediaType, Detail: "Send the body as Content-Type: application/json."})
@@ -107,6 +114,20 @@ func (s *server) handleCreatePayment(w http.ResponseWriter, r *http.Request) {
 		info.outcome = "declined"
 	}
 	writeBody(w, res.Status, res.Body)
+}
+
+// identityEncoded reports whether a body with these Content-Encoding
+// header values is as sent: no coding, or only identity. A compressed body
+// would otherwise reach the JSON decoder as bytes that are not UTF-8.
+func identityEncoded(values []string) bool {
+	for _, v := range values {
+		for _, coding := range strings.Split(v, ",") {
+			if c := strings.TrimSpace(coding); c != "" && !strings.EqualFold(c, "identity") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // isJSON accepts application/json, with no charset or UTF-8.

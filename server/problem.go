@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 
+	"github.com/gorilla/mux"
+	"github.com/oncepay/oncepay/internal/fallback"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -74,5 +77,12 @@ func (s *server) handleNotFound(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleMethodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	allow := fallback.Allowed(func(r *http.Request) bool {
+		var m mux.RouteMatch
+		return s.router.Match(r, &m) && m.MatchErr == nil
+	}, r)
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+	}
 	writeProblem(w, payment.Problem{Type: payment.ProblemMethodNotAllowed, Title: "Method not allowed", Status: http.StatusMethodNotAllowed})
 }

@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/gorilla/mux"
+	"github.com/oncepay/oncepay/internal/fallback"
+	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/web"
 )
 
@@ -12,6 +14,7 @@ import (
 // 404 instead of 405 when only the method is wrong.
 func (s *server) routes() http.Handler {
 	r := mux.NewRouter()
+	s.router = r
 	r.NotFoundHandler = http.HandlerFunc(s.handleNotFound)
 	r.MethodNotAllowedHandler = http.HandlerFunc(s.handleMethodNotAllowed)
 
@@ -30,10 +33,11 @@ func (s *server) routes() http.Handler {
 	if s.Sim != nil {
 		// The ledger and the fault knobs are the operator's, not the
 		// merchants': in serve they need the admin credential.
-		r.PathPrefix("/sim/").Handler(s.adminAuth(http.NewCrossOriginProtection().Handler(s.Sim)))
+		r.PathPrefix("/sim/").Handler(s.adminAuth(crossOrigin().Handler(s.Sim)))
 	}
 	if s.Workshop != nil {
-		r.PathPrefix("/demo").Handler(s.Workshop)
+		// Its POSTs crash, charge and reconcile: no cross-site page may send them.
+		r.PathPrefix("/demo").Handler(crossOrigin().Handler(s.Workshop))
 		r.Handle("/", http.RedirectHandler("/demo", http.StatusFound)).Methods(http.MethodGet)
 	}
 	return r
@@ -43,7 +47,7 @@ func (s *server) routes() http.Handler {
 // POSTs are refused when cross-origin: a browser sends Basic credentials
 // along with a forged cross-site form.
 func (s *server) adminRoutes(r *mux.Router) {
-	csrf := http.NewCrossOriginProtection()
+	csrf := crossOrigin()
 	page := func(h http.Handler) http.Handler { return adminHeaders(s.adminAuth(h)) }
 	form := func(h http.HandlerFunc) http.Handler { return page(csrf.Handler(h)) }
 
@@ -53,5 +57,18 @@ func (s *server) adminRoutes(r *mux.Router) {
 	r.Handle("/admin/attempts/{id}", page(http.HandlerFunc(s.handleAdminAttempt))).Methods(http.MethodGet)
 	r.Handle("/admin/attempts/{id}/reconcile", form(s.handleAdminReconcileOne)).Methods(http.MethodPost)
 	r.Handle("/admin/reconcile", form(s.handleAdminReconcileAll)).Methods(http.MethodPost)
-	r.PathPrefix("/admin/static/").Handler(page(http.StripPrefix("/admin", http.FileServerFS(web.Assets))))
+	r.PathPrefix("/admin/static/").Handler(page(http.StripPrefix("/admin", fallback.Static(web.Assets, http.HandlerFunc(s.handleNotFound))))).
+		Methods(http.MethodGet, http.MethodHead)
+}
+
+// crossOrigin refuses cross-origin browser requests that change state (a
+// forged form or fetch from another site, which carries the browser's
+// credentials), with a problem.
+func crossOrigin() *http.CrossOriginProtection {
+	c := http.NewCrossOriginProtection()
+	c.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, payment.Problem{Type: payment.ProblemCrossOrigin, Title: "Cross-origin request refused", Status: http.StatusForbidden,
+			Detail: "A page of another site may not change state here: use this server's own page, or a client that is not a browser."})
+	}))
+	return c
 }

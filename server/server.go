@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/gorilla/mux"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -34,10 +35,13 @@ type Config struct {
 
 type server struct {
 	Config
+	router *mux.Router // set by routes; the 405 answer asks it which methods a path has
+	// adminFailures slows down guessing the admin credential.
+	adminFailures *failureLimiter
 }
 
 // New returns oncepay's HTTP handler.
 func New(cfg Config) http.Handler {
-	s := &server{Config: cfg}
+	s := &server{Config: cfg, adminFailures: newFailureLimiter(adminFailureBurst, adminFailureEvery)}
 	return s.observe(s.routes())
 }

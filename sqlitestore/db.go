@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/groupcommit"
+	"github.com/oncepay/oncepay/internal/private"
 	"github.com/oncepay/oncepay/payment"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -50,12 +51,9 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		opts.BusyTimeout = 5 * time.Second
 	}
 	// The file holds payments and API key hashes: readable by its owner only.
-	// SQLite gives the -wal and -shm files the database file's mode.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
+	if err := private.SQLite(path); err != nil {
 		return nil, err
 	}
-	f.Close()
 	// busy_timeout first, so the other pragmas wait for a lock too.
 	// synchronous=FULL: a claim or a record, once answered, survives power loss.
 	q := url.Values{}
@@ -166,7 +164,7 @@ func (db *DB) Backup(ctx context.Context, path string) error {
 	// VACUUM INTO, and the writer must not wait for a copy.
 	// Created first, empty and private (VACUUM INTO fills an empty file),
 	// and never over an existing one.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, private.Mode)
 	if err != nil {
 		return err
 	}

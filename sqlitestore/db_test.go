@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -404,20 +405,50 @@ func TestCancelledIsUnavailable(t *testing.T) {
 	}
 }
 
-// The database and its WAL are readable by their owner only.
+// The database, its WAL and shared memory are readable by their owner
+// only, under the usual umask 022; a database left readable by others is
+// made private when opened again.
 func TestFilesPrivate(t *testing.T) {
+	defer syscall.Umask(syscall.Umask(0o022))
 	path := filepath.Join(t.TempDir(), "oncepay.db")
-	db := mustOpenPath(t, path, Options{})
+	files := []string{path, path + "-wal", path + "-shm"}
+	checkModes := func(when string) {
+		t.Helper()
+		for _, p := range files {
+			fi, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mode := fi.Mode().Perm(); mode != 0o600 {
+				t.Errorf("%s: %s mode = %o, want 600", when, filepath.Base(p), mode)
+			}
+		}
+	}
+	db, err := Open(context.Background(), path, schemaSQL(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if ok, err := db.Claim(context.Background(), newAttempt("k", t0, time.Minute)); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	for _, p := range []string{path, path + "-wal"} {
-		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if mode := fi.Mode().Perm(); mode != 0o600 {
-			t.Errorf("%s mode = %o, want 600", filepath.Base(p), mode)
-		}
+	checkModes("created")
+	db.Close()
+
+	for _, p := range files {
+		os.Chmod(p, 0o644) // the -wal and -shm may be gone after a clean close
 	}
+	db = mustOpenPath(t, path, Options{})
+	if ok, err := db.Claim(context.Background(), newAttempt("k2", t0, time.Minute)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	checkModes("reopened")
+}
+
+func schemaSQL(tb testing.TB) string {
+	tb.Helper()
+	b, err := os.ReadFile("../schema.sql")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(b)
 }

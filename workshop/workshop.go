@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/fallback"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/web"
 )
@@ -30,6 +31,7 @@ type Handler struct {
 	// Scope is where the real lane's payments live (demo mode's scope).
 	Scope string
 	mux   *http.ServeMux
+	serve http.Handler // mux, with its 404 and 405 as problems
 }
 
 // naiveScope keeps the naive lane's rows apart from the real ones.
@@ -39,11 +41,12 @@ const naiveScope = "demo-naive"
 func New(svc *payment.Service, rec *payment.Reconciler, ledger Ledger, scope string) *Handler {
 	h := &Handler{Service: svc, Reconciler: rec, Ledger: ledger, Scope: scope, mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /demo", h.handlePage)
-	h.mux.Handle("GET /demo/static/", http.StripPrefix("/demo", http.FileServerFS(web.Assets)))
+	h.mux.Handle("GET /demo/static/", http.StripPrefix("/demo", fallback.Static(web.Assets, http.HandlerFunc(handleNotFound))))
 	h.mux.HandleFunc("POST /demo/naive/payments", h.handleNaivePay)
 	h.mux.HandleFunc("GET /demo/charges", h.handleCharges)
 	h.mux.HandleFunc("POST /demo/crash", h.handleCrash)
 	h.mux.HandleFunc("POST /demo/reconcile", h.handleReconcile)
+	h.serve = fallback.Mux(h.mux, http.HandlerFunc(handleNotFound), http.HandlerFunc(handleMethodNotAllowed))
 	return h
 }
 
@@ -51,13 +54,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The page loads nothing from elsewhere and runs only its own script.
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	h.mux.ServeHTTP(w, r)
+	h.serve.ServeHTTP(w, r)
+}
+
+func handleNotFound(w http.ResponseWriter, _ *http.Request) {
+	writeProblem(w, payment.Problem{Type: payment.ProblemNotFound, Title: "Not found", Status: http.StatusNotFound, Detail: "No such route."})
+}
+
+func handleMethodNotAllowed(w http.ResponseWriter, _ *http.Request) {
+	writeProblem(w, payment.Problem{Type: payment.ProblemMethodNotAllowed, Title: "Method not allowed", Status: http.StatusMethodNotAllowed})
 }
 
 func (h *Handler) handlePage(w http.ResponseWriter, r *http.Request) {
 	page, err := web.Assets.ReadFile("static/demo.html")
 	if err != nil {
-		http.Error(w, "demo page missing from this build", http.StatusInternalServerError)
+		h.Service.Log.Error("workshop: demo page missing from this build", "err", err)
+		writeProblem(w, payment.Problem{Type: payment.ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError})
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -88,7 +100,7 @@ func (h *Handler) handleNaivePay(w http.ResponseWriter, r *http.Request) {
 	}
 	req, err := payment.ParseRequest(body)
 	if err != nil {
-		writeProblem(w, payment.Problem{Type: payment.ProblemInvalidRequest, Title: "Invalid request", Status: 400, Detail: payment.ErrorMessage(err)})
+		writeProblem(w, payment.ProblemOf(err)) // EINVALID: 400 invalid-request, with its param
 		return
 	}
 	ctx := r.Context()

@@ -66,8 +66,11 @@ func Open(tb testing.TB, o Options) *Env {
 	}
 	log := slog.New(slog.NewJSONHandler(o.Log, nil))
 	svc := &payment.Service{Store: db, Provider: s, Log: log, Now: o.Now, ProviderTimeout: 5 * time.Second, Lease: o.Lease}
-	e := &Env{Dir: o.Dir, DB: db, Sim: s, Service: svc, Log: log,
-		Reconciler: &payment.Reconciler{Service: svc, StaleAfter: 5 * time.Minute, Limit: 100}}
+	rec, err := payment.NewReconciler(payment.Reconciler{Service: svc, StaleAfter: 5 * time.Minute, Limit: 100})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e := &Env{Dir: o.Dir, DB: db, Sim: s, Service: svc, Log: log, Reconciler: rec}
 	tb.Cleanup(e.Close)
 	return e
 }

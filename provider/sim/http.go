@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/oncepay/oncepay/internal/fallback"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -34,7 +35,15 @@ func (s *Sim) Handler() http.Handler {
 	mux.HandleFunc("PUT /sim/faults", s.handlePutFaults)
 	mux.HandleFunc("POST /v1/charges", s.handleCharge)
 	mux.HandleFunc("GET /v1/charges", s.handleLookup)
-	return mux
+	return fallback.Mux(mux, http.HandlerFunc(handleNotFound), http.HandlerFunc(handleMethodNotAllowed))
+}
+
+func handleNotFound(w http.ResponseWriter, _ *http.Request) {
+	writeProblem(w, http.StatusNotFound, payment.ProblemNotFound, "Not found", "No such route.")
+}
+
+func handleMethodNotAllowed(w http.ResponseWriter, _ *http.Request) {
+	writeProblem(w, http.StatusMethodNotAllowed, payment.ProblemMethodNotAllowed, "Method not allowed", "")
 }
 
 func (s *Sim) handleLedger(w http.ResponseWriter, r *http.Request) {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/groupcommit"
+	"github.com/oncepay/oncepay/internal/private"
 	"github.com/oncepay/oncepay/payment"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -89,6 +90,10 @@ DROP TABLE sim_charges_v0;`
 
 // Open opens the ledger at path, creating it if needed, with no faults set.
 func Open(path string) (*Sim, error) {
+	// The ledger holds card tokens and descriptions: readable by its owner only.
+	if err := private.SQLite(path); err != nil {
+		return nil, fmt.Errorf("sim: open ledger: %w", err)
+	}
 	// synchronous(NORMAL) survives a killed process, which is all the bank
 	// needs: oncepay's durability is what is measured, not the sim's.
 	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
