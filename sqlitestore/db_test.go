@@ -350,8 +350,100 @@ func TestBindProvider(t *testing.T) {
 	if err := db.BindProvider(ctx, "http://bank:2"); err != nil {
 		t.Errorf("another provider with nothing in progress = %v, want the binding moved", err)
 	}
-	if err := db.BindProvider(ctx, "http://bank:1"); err != nil {
-		t.Errorf("back again = %v", err)
+	db.Claim(ctx, newAttempt("k2", t0, time.Minute))
+	if err := db.BindProvider(ctx, "http://bank:1"); err == nil || !strings.Contains(err.Error(), "http://bank:2") {
+		t.Errorf("back to the first provider with an attempt in progress = %v, want a refusal naming the one it moved to", err)
+	}
+}
+
+// Unless told otherwise, a write waits for another process holding the file
+// (an operator's CLI, a backup) rather than failing at once; told a short
+// wait, it fails as unavailable after it.
+func TestBusyTimeout(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "oncepay.db")
+	waits := mustOpenPath(t, path, Options{})
+	impatient := mustOpenPath(t, path, Options{BusyTimeout: 50 * time.Millisecond})
+	lock := func(hold time.Duration) (locked, released chan struct{}) {
+		locked, released = make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(released)
+			other, err := sql.Open("sqlite", path)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer other.Close()
+			conn, err := other.Conn(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+				t.Error(err)
+				return
+			}
+			close(locked)
+			time.Sleep(hold)
+			conn.ExecContext(ctx, `ROLLBACK`)
+		}()
+		<-locked
+		return locked, released
+	}
+	_, released := lock(time.Second)
+	if ok, err := impatient.Claim(ctx, newAttempt("impatient", t0, time.Minute)); ok || payment.ErrorCode(err) != payment.EUNAVAILABLE {
+		t.Errorf("claim under a lock held longer than its 50ms busy timeout = %v, %v, want unavailable", ok, err)
+	}
+	<-released
+	_, released = lock(time.Second)
+	if ok, err := waits.Claim(ctx, newAttempt("patient", t0, time.Minute)); !ok || err != nil {
+		t.Errorf("claim under a lock held 1s, default busy timeout = %v, %v, want it to wait and win", ok, err)
+	}
+	<-released
+}
+
+// A database made before merchants (the API key's id was the scope) is
+// migrated when opened: each key becomes a merchant with the key's id and
+// name, and still authenticates to that scope; opening it again changes
+// nothing.
+func TestMigrateKeysToMerchants(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "oncepay.db")
+	old, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = old.Exec(`CREATE TABLE api_keys (
+		id          TEXT    PRIMARY KEY,
+		name        TEXT    NOT NULL,
+		secret_hash BLOB    NOT NULL UNIQUE,
+		created_at  INTEGER NOT NULL,
+		revoked_at  INTEGER
+	);
+	INSERT INTO api_keys VALUES ('key_live', 'Shop', ?, 1000, NULL), ('key_gone', 'Old', ?, 2000, 3000)`,
+		hashSecret("opk_live"), hashSecret("opk_gone"))
+	old.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		db := mustOpenPath(t, path, Options{})
+		merchants, err := db.Merchants(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(merchants) != 2 || merchants[0].ID != "key_live" || merchants[0].Name != "Shop" || merchants[0].LiveKeys != 1 ||
+			merchants[1].ID != "key_gone" || merchants[1].LiveKeys != 0 {
+			t.Errorf("merchants = %+v, want key_live (Shop, 1 live key) and key_gone (no live key)", merchants)
+		}
+		if scope, err := db.Authenticate(ctx, "opk_live"); scope != "key_live" || err != nil {
+			t.Errorf("Authenticate(the old live secret) = %q, %v, want its old scope", scope, err)
+		}
+		if _, err := db.Authenticate(ctx, "opk_gone"); payment.ErrorCode(err) != payment.EUNAUTHORIZED {
+			t.Errorf("Authenticate(the old revoked secret) = %v, want unauthorized", err)
+		}
+		db.Close()
 	}
 }
 
