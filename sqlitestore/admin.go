@@ -43,7 +43,7 @@ func (db *DB) AttemptByPaymentID(ctx context.Context, id string) (*payment.Liste
 	l, err := scanListed(db.r.QueryRowContext(ctx, `SELECT `+listedColumns+`
 		FROM payment_attempts a LEFT JOIN merchants m ON m.id = a.scope WHERE a.id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, payment.Errorf(payment.ENOTFOUND, "No such attempt.")
+		return nil, payment.ErrNoAttempt()
 	}
 	return l, mapErr(err)
 }

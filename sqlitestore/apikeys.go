@@ -2,11 +2,8 @@ package sqlitestore
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
 	"database/sql"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/oncepay/oncepay/payment"
@@ -14,15 +11,9 @@ import (
 
 var _ payment.KeyStore = (*DB)(nil)
 
-// secretPrefix marks oncepay secrets, so a leaked one is recognisable.
-const secretPrefix = "opk_"
-
-// newID returns prefix and 80 random bits in lower-case base32.
-func newID(prefix string) string { return prefix + strings.ToLower(rand.Text()[:16]) }
-
 // CreateMerchant makes a merchant named name.
 func (db *DB) CreateMerchant(ctx context.Context, name string, now time.Time) (payment.Merchant, error) {
-	m := payment.Merchant{ID: newID("mer_"), Name: name, CreatedAt: now.UTC().Truncate(time.Millisecond)}
+	m := payment.NewMerchant(name, now)
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO merchants (id, name, created_at) VALUES (?, ?, ?)`, m.ID, m.Name, ms(m.CreatedAt))
 		return err
@@ -52,13 +43,12 @@ func (db *DB) Merchants(ctx context.Context) ([]payment.Merchant, error) {
 // returns it with its secret, which is not stored and cannot be shown again.
 // An unknown merchant is an ENOTFOUND error.
 func (db *DB) CreateAPIKey(ctx context.Context, merchantID, name string, now time.Time) (payment.APIKey, string, error) {
-	k := payment.APIKey{ID: newID("key_"), MerchantID: merchantID, Name: name, CreatedAt: now.UTC().Truncate(time.Millisecond)}
-	secret := secretPrefix + rand.Text() + rand.Text() // 260 random bits
+	k, secret := payment.NewAPIKey(merchantID, name, now)
 	var n int64
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, merchant_id, name, secret_hash, created_at)
 			SELECT ?, id, ?, ?, ? FROM merchants WHERE id = ?`,
-			k.ID, k.Name, hashSecret(secret), ms(k.CreatedAt), merchantID)
+			k.ID, k.Name, payment.HashSecret(secret), ms(k.CreatedAt), merchantID)
 		if err != nil {
 			return err
 		}
@@ -66,7 +56,7 @@ func (db *DB) CreateAPIKey(ctx context.Context, merchantID, name string, now tim
 		return err
 	})
 	if err == nil && n == 0 {
-		err = payment.Errorf(payment.ENOTFOUND, "No merchant %q.", merchantID)
+		err = payment.ErrNoMerchant(merchantID)
 	}
 	if err != nil {
 		return payment.APIKey{}, "", err
@@ -101,29 +91,24 @@ func (db *DB) RevokeAPIKey(ctx context.Context, id string, now time.Time) error 
 		return err
 	})
 	if err == nil && n == 0 {
-		return payment.Errorf(payment.ENOTFOUND, "No live API key %q.", id)
+		return payment.ErrNoLiveKey(id)
 	}
 	return err
 }
 
 // Authenticate returns the scope of a live secret: its merchant's id.
 func (db *DB) Authenticate(ctx context.Context, secret string) (string, error) {
-	if !strings.HasPrefix(secret, secretPrefix) {
-		return "", payment.Errorf(payment.EUNAUTHORIZED, "Unknown or revoked API key.")
+	if !payment.LooksLikeSecret(secret) {
+		return "", payment.ErrUnauthorized()
 	}
 	var merchant string
 	err := db.r.QueryRowContext(ctx, `SELECT merchant_id FROM api_keys WHERE secret_hash = ? AND revoked_at IS NULL`,
-		hashSecret(secret)).Scan(&merchant)
+		payment.HashSecret(secret)).Scan(&merchant)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", payment.Errorf(payment.EUNAUTHORIZED, "Unknown or revoked API key.")
+		return "", payment.ErrUnauthorized()
 	}
 	if err != nil {
 		return "", mapErr(err)
 	}
 	return merchant, nil
-}
-
-func hashSecret(secret string) []byte {
-	sum := sha256.Sum256([]byte(secret))
-	return sum[:]
 }

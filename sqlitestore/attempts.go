@@ -65,7 +65,7 @@ func (db *DB) queryAttempt(ctx context.Context, query string, args ...any) (*pay
 
 func attemptOrNotFound(a *payment.Attempt, err error) (*payment.Attempt, error) {
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, payment.Errorf(payment.ENOTFOUND, "No such payment.")
+		return nil, payment.ErrNoPayment()
 	}
 	if err != nil {
 		return nil, mapErr(err)
@@ -81,6 +81,11 @@ func queryAll[T any](ctx context.Context, pool *sql.DB, scan func(scanner) (*T, 
 	if err != nil {
 		return nil, mapErr(err)
 	}
+	return scanRows(rows, scan)
+}
+
+// scanRows scans every row of rows with scan, and closes rows.
+func scanRows[T any](rows *sql.Rows, scan func(scanner) (*T, error)) ([]T, error) {
 	defer rows.Close()
 	var all []T
 	for rows.Next() {

@@ -212,8 +212,73 @@ func (db *DB) BindProvider(ctx context.Context, provider string) error {
 		return err
 	}
 	if bound != provider && inProgress > 0 {
-		return fmt.Errorf("this database's payments went to provider %q, and %d are still in progress: refusing %q, which cannot know about them (pass --provider %s)",
-			bound, inProgress, provider, bound)
+		return payment.ProviderBound(bound, provider, inProgress)
 	}
 	return nil
+}
+
+var _ payment.Database = (*DB)(nil)
+
+// Export reads the whole database in one read transaction, a consistent
+// snapshot while writers go on: what "oncepay copy" moves elsewhere.
+func (db *DB) Export(ctx context.Context) (*payment.Snapshot, error) {
+	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer tx.Rollback()
+	s := &payment.Snapshot{Settings: map[string]string{}}
+	rows, err := tx.QueryContext(ctx, `SELECT `+attemptColumns+` FROM payment_attempts ORDER BY created_at, scope, idempotency_key`)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if s.Attempts, err = scanRows(rows, scanAttempt); err != nil {
+		return nil, err
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT id, name, created_at FROM merchants ORDER BY created_at, id`)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	s.Merchants, err = scanRows(rows, func(row scanner) (*payment.Merchant, error) {
+		var (
+			m       payment.Merchant
+			created int64
+		)
+		err := row.Scan(&m.ID, &m.Name, &created)
+		m.CreatedAt = time.UnixMilli(created).UTC()
+		return &m, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT id, merchant_id, name, secret_hash, created_at, revoked_at FROM api_keys ORDER BY created_at, id`)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	s.APIKeys, err = scanRows(rows, func(row scanner) (*payment.StoredAPIKey, error) {
+		var (
+			k       payment.StoredAPIKey
+			created int64
+			revoked sql.NullInt64
+		)
+		err := row.Scan(&k.ID, &k.MerchantID, &k.Name, &k.SecretHash, &created, &revoked)
+		k.CreatedAt, k.RevokedAt = time.UnixMilli(created).UTC(), fromMS(revoked)
+		return &k, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT name, value FROM settings`)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, value string
+		if err := rows.Scan(&name, &value); err != nil {
+			return nil, err
+		}
+		s.Settings[name] = value
+	}
+	return s, mapErr(rows.Err())
 }

@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/storetest"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -39,46 +38,19 @@ func mustOpenPath(tb testing.TB, path string, opts Options) *DB {
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-func newAttempt(key string, now time.Time, lease time.Duration) *payment.Attempt {
-	req := payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}
-	return &payment.Attempt{
-		Scope: "s", Key: key, ID: payment.NewPaymentID(),
-		Request: req.Canonical(), RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR",
-		Status: payment.InProgress, Fence: 1, LeaseExpiresAt: now.Add(lease), CreatedAt: now, UpdatedAt: now,
-	}
-}
+// newAttempt is an attempt of scope "s", as the contract's tests make them.
+var newAttempt = storetest.NewAttempt
 
-// Of many concurrent claims on one key exactly one wins, and the others are
-// told so by their own statement, not by an error. The writer is held until
-// every claim waits for it, so each has done whatever it does before its
-// write while the key is still free: a claim decided by a read would let
-// them all win, every time.
-func TestClaimOnceUnderConcurrency(t *testing.T) {
-	const claims = 50
-	db := MustOpen(t, Options{})
-	release := holdWriter(t, db)
-	var wins atomic.Int32
-	var wg sync.WaitGroup
-	for range claims {
-		wg.Go(func() {
-			ok, err := db.Claim(context.Background(), newAttempt("k", t0, time.Minute))
-			if err != nil {
-				t.Error(err)
-			}
-			if ok {
-				wins.Add(1)
-			}
-		})
-	}
-	waitQueued(t, db, claims)
-	release()
-	wg.Wait()
-	if got := wins.Load(); got != 1 {
-		t.Errorf("claims won = %d, want 1", got)
-	}
-	if _, err := db.Attempt(context.Background(), "s", "k"); err != nil {
-		t.Errorf("Attempt after the claims: %v", err)
-	}
+// The store contract, as every store keeps it.
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		db := MustOpen(t, Options{})
+		return storetest.Harness{
+			Store:       db,
+			HoldWrites:  func(t *testing.T) func() { return holdWriter(t, db) },
+			WaitBlocked: func(t *testing.T, n int) { waitQueued(t, db, int64(n)) },
+		}
+	})
 }
 
 // holdWriter occupies the store's one writer until release is called: the
@@ -109,101 +81,6 @@ func waitQueued(t *testing.T, db *DB, n int64) {
 			t.Fatalf("writes queued = %d after 10s, want %d", db.writer.Queued(), n)
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-// The record is guarded twice: by the owner's fence, so an owner whose
-// attempt was taken over writes nothing while the new owner still works,
-// and by the status, so nothing overwrites a final answer, not even the
-// owner that wrote it. Each refused Record affects no row and says so.
-func TestRecordGuards(t *testing.T) {
-	ctx := context.Background()
-	db := MustOpen(t, Options{})
-	if ok, err := db.Claim(ctx, newAttempt("k", t0, time.Minute)); !ok || err != nil {
-		t.Fatalf("Claim = %v, %v", ok, err)
-	}
-	if _, ok, err := db.TakeOver(ctx, "s", "k", 1, t0.Add(2*time.Minute), t0.Add(3*time.Minute)); !ok || err != nil {
-		t.Fatalf("TakeOver = %v, %v", ok, err)
-	}
-	late := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("late\n"), FailureCode: "card_declined"}
-	if ok, err := db.Record(ctx, "s", "k", 1, late, t0.Add(2*time.Minute)); ok || err != nil {
-		t.Fatalf("Record by the fenced-out owner, new owner still working = %v, %v, want false", ok, err)
-	}
-	if got := mustAttempt(t, db, "k"); got.Status != payment.InProgress || got.ResponseBody != nil || got.Fence != 2 {
-		t.Fatalf("attempt = %s %q fence %d, want in progress, nothing stored, fence 2", got.Status, got.ResponseBody, got.Fence)
-	}
-	first := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("first\n"), ChargeID: "ch_1"}
-	if ok, err := db.Record(ctx, "s", "k", 2, first, t0.Add(2*time.Minute)); !ok || err != nil {
-		t.Fatalf("new owner's Record = %v, %v", ok, err)
-	}
-	again := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("again\n")}
-	if ok, err := db.Record(ctx, "s", "k", 2, again, t0.Add(3*time.Minute)); ok || err != nil {
-		t.Fatalf("second Record by the same owner = %v, %v, want false", ok, err)
-	}
-	got := mustAttempt(t, db, "k")
-	if got.Status != payment.Succeeded || string(got.ResponseBody) != "first\n" || got.ChargeID != "ch_1" || !got.UpdatedAt.Equal(t0.Add(2*time.Minute)) {
-		t.Errorf("attempt = %s %q %s updated %v, want the first record's", got.Status, got.ResponseBody, got.ChargeID, got.UpdatedAt)
-	}
-}
-
-func mustAttempt(t *testing.T, db *DB, key string) *payment.Attempt {
-	t.Helper()
-	a, err := db.Attempt(context.Background(), "s", key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
-// A late owner's Record cannot overwrite what the owner that took over wrote.
-func TestRecordFencedAfterTakeOver(t *testing.T) {
-	ctx := context.Background()
-	db := MustOpen(t, Options{})
-	a := newAttempt("k", t0, time.Minute)
-	if ok, err := db.Claim(ctx, a); !ok || err != nil {
-		t.Fatalf("Claim = %v, %v", ok, err)
-	}
-	if _, ok, err := db.TakeOver(ctx, "s", "k", 1, t0.Add(30*time.Second), t0.Add(2*time.Minute)); ok || err != nil {
-		t.Fatalf("TakeOver of a live lease = %v, %v, want false", ok, err)
-	}
-	fence, ok, err := db.TakeOver(ctx, "s", "k", 1, t0.Add(2*time.Minute), t0.Add(3*time.Minute))
-	if !ok || err != nil || fence != 2 {
-		t.Fatalf("TakeOver of an expired lease = %d, %v, %v, want 2, true", fence, ok, err)
-	}
-	if _, ok, _ := db.TakeOver(ctx, "s", "k", 1, t0.Add(4*time.Minute), t0.Add(5*time.Minute)); ok {
-		t.Fatalf("second TakeOver with the stale fence succeeded")
-	}
-	newOwner := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("new\n"), ChargeID: "ch_new"}
-	if ok, err := db.Record(ctx, "s", "k", 2, newOwner, t0.Add(2*time.Minute)); !ok || err != nil {
-		t.Fatalf("new owner's Record = %v, %v", ok, err)
-	}
-	late := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("late\n")}
-	if ok, err := db.Record(ctx, "s", "k", 1, late, t0.Add(3*time.Minute)); ok || err != nil {
-		t.Fatalf("late owner's Record = %v, %v, want false", ok, err)
-	}
-	got, err := db.Attempt(ctx, "s", "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Status != payment.Succeeded || string(got.ResponseBody) != "new\n" || got.ChargeID != "ch_new" {
-		t.Errorf("attempt = %s %q %s, want the new owner's succeeded", got.Status, got.ResponseBody, got.ChargeID)
-	}
-}
-
-// Release lets a retry take over at once, and only the owner can release.
-func TestRelease(t *testing.T) {
-	ctx := context.Background()
-	db := MustOpen(t, Options{})
-	db.Claim(ctx, newAttempt("k", t0, time.Hour))
-	if err := db.Release(ctx, "s", "k", 7, t0); err != nil { // not the owner's fence: no effect
-		t.Fatal(err)
-	}
-	if _, ok, _ := db.TakeOver(ctx, "s", "k", 1, t0, t0.Add(time.Minute)); ok {
-		t.Fatalf("TakeOver after a foreign Release succeeded")
-	}
-	db.Release(ctx, "s", "k", 1, t0)
-	if _, ok, err := db.TakeOver(ctx, "s", "k", 1, t0, t0.Add(time.Minute)); !ok || err != nil {
-		t.Fatalf("TakeOver after Release = %v, %v, want true", ok, err)
 	}
 }
 
@@ -332,30 +209,6 @@ func TestBackupWhileWriting(t *testing.T) {
 	}
 }
 
-// A database stays bound to its provider while payments are in flight there.
-func TestBindProvider(t *testing.T) {
-	ctx := context.Background()
-	db := MustOpen(t, Options{})
-	if err := db.BindProvider(ctx, "http://bank:1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.BindProvider(ctx, "http://bank:1"); err != nil {
-		t.Errorf("same provider again: %v", err)
-	}
-	db.Claim(ctx, newAttempt("k", t0, time.Minute))
-	if err := db.BindProvider(ctx, "sim"); err == nil || !strings.Contains(err.Error(), "http://bank:1") {
-		t.Errorf("another provider with an attempt in progress = %v, want a refusal naming the bound one", err)
-	}
-	db.Record(ctx, "s", "k", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}")}, t0)
-	if err := db.BindProvider(ctx, "http://bank:2"); err != nil {
-		t.Errorf("another provider with nothing in progress = %v, want the binding moved", err)
-	}
-	db.Claim(ctx, newAttempt("k2", t0, time.Minute))
-	if err := db.BindProvider(ctx, "http://bank:1"); err == nil || !strings.Contains(err.Error(), "http://bank:2") {
-		t.Errorf("back to the first provider with an attempt in progress = %v, want a refusal naming the one it moved to", err)
-	}
-}
-
 // Unless told otherwise, a write waits for another process holding the file
 // (an operator's CLI, a backup) rather than failing at once; told a short
 // wait, it fails as unavailable after it.
@@ -422,7 +275,7 @@ func TestMigrateKeysToMerchants(t *testing.T) {
 		revoked_at  INTEGER
 	);
 	INSERT INTO api_keys VALUES ('key_live', 'Shop', ?, 1000, NULL), ('key_gone', 'Old', ?, 2000, 3000)`,
-		hashSecret("opk_live"), hashSecret("opk_gone"))
+		payment.HashSecret("opk_live"), payment.HashSecret("opk_gone"))
 	old.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -478,22 +331,6 @@ func TestGroupCommitOneStatementFailsAlone(t *testing.T) {
 	}
 	if commits, writes := db.WriteStats(); commits >= writes {
 		t.Errorf("commits = %d for %d writes, want batches of more than one", commits, writes)
-	}
-}
-
-// A caller that gave up is not an internal error: nothing was written.
-func TestCancelledIsUnavailable(t *testing.T) {
-	db := MustOpen(t, Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := db.Attempt(ctx, "s", "k"); payment.ErrorCode(err) != payment.EUNAVAILABLE {
-		t.Errorf("Attempt with a cancelled context: code %q (%v), want %q", payment.ErrorCode(err), err, payment.EUNAVAILABLE)
-	}
-	if _, err := db.Claim(ctx, newAttempt("k", t0, time.Minute)); payment.ErrorCode(err) != payment.EUNAVAILABLE {
-		t.Errorf("Claim with a cancelled context: code %q (%v), want %q", payment.ErrorCode(err), err, payment.EUNAVAILABLE)
-	}
-	if _, err := db.Authenticate(ctx, "opk_x"); payment.ErrorCode(err) == payment.EINTERNAL {
-		t.Errorf("Authenticate with a cancelled context: %v, want no internal error", err)
 	}
 }
 

@@ -1,0 +1,523 @@
+// Package storetest is the contract every oncepay store keeps, whichever
+// engine is under it: one suite, run by sqlitestore and pgstore against a
+// fresh database each. A store passes only if it means what the other
+// means: the claim, the fenced record, takeover, release, staleness and
+// purge, merchants and keys, the admin page's reads, the provider binding.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+// Harness is one fresh, empty store and the hooks the race tests need.
+type Harness struct {
+	Store payment.Database
+	// HoldWrites blocks every write to attempts until release is called;
+	// the reads a write makes before it write still happen.
+	HoldWrites func(t *testing.T) (release func())
+	// WaitBlocked waits until n writes are blocked by HoldWrites.
+	WaitBlocked func(t *testing.T, n int)
+}
+
+// Races is how many goroutines race in the race tests: a pool that lets
+// each of them reach the database at once must have as many connections.
+const Races = 24
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// NewAttempt is an attempt of scope "s" under key, claimed at now with a
+// lease of lease.
+func NewAttempt(key string, now time.Time, lease time.Duration) *payment.Attempt {
+	req := payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}
+	return &payment.Attempt{
+		Scope: "s", Key: key, ID: payment.NewPaymentID(),
+		Request: req.Canonical(), RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR",
+		Status: payment.InProgress, Fence: 1, LeaseExpiresAt: now.Add(lease), CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+// Run runs the contract against the stores open makes, a fresh one a test.
+func Run(t *testing.T, open func(t *testing.T) Harness) {
+	for _, tc := range []struct {
+		name string
+		test func(t *testing.T, h Harness)
+	}{
+		{"ClaimRace", testClaimRace},
+		{"TakeOverRace", testTakeOverRace},
+		{"RecordGuards", testRecordGuards},
+		{"RecordFencedAfterTakeOver", testRecordFencedAfterTakeOver},
+		{"Release", testRelease},
+		{"AttemptRoundTrip", testAttemptRoundTrip},
+		{"StaleAndPurge", testStaleAndPurge},
+		{"MerchantsAndKeys", testMerchantsAndKeys},
+		{"Admin", testAdmin},
+		{"BindProvider", testBindProvider},
+		{"Cancelled", testCancelled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.test(t, open(t))
+		})
+	}
+}
+
+func mustClaim(t *testing.T, s payment.Store, a *payment.Attempt) {
+	t.Helper()
+	if ok, err := s.Claim(context.Background(), a); !ok || err != nil {
+		t.Fatalf("Claim(%s) = %v, %v, want claimed", a.Key, ok, err)
+	}
+}
+
+func mustAttempt(t *testing.T, s payment.Store, key string) *payment.Attempt {
+	t.Helper()
+	a, err := s.Attempt(context.Background(), "s", key)
+	if err != nil {
+		t.Fatalf("Attempt(%s): %v", key, err)
+	}
+	return a
+}
+
+// Of many concurrent claims on one key exactly one wins, and the others are
+// told so by their own statement, not by an error. Writes are held until
+// every claim waits, so each has done whatever it does before its write
+// while the key is still free: a claim decided by a read would let them all
+// win, every time.
+func testClaimRace(t *testing.T, h Harness) {
+	release := h.HoldWrites(t)
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range Races {
+		wg.Go(func() {
+			ok, err := h.Store.Claim(context.Background(), NewAttempt("k", t0, time.Minute))
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				wins.Add(1)
+			}
+		})
+	}
+	h.WaitBlocked(t, Races)
+	release()
+	wg.Wait()
+	if got := wins.Load(); got != 1 {
+		t.Errorf("claims won = %d, want 1", got)
+	}
+	if a := mustAttempt(t, h.Store, "k"); a.Fence != 1 || a.Status != payment.InProgress {
+		t.Errorf("attempt = %s fence %d, want in progress, fence 1", a.Status, a.Fence)
+	}
+}
+
+// Of many concurrent takeovers of one abandoned attempt under the same
+// fence exactly one wins: two retries (or a retry and reconcile, on any
+// instance) never both own it.
+func testTakeOverRace(t *testing.T, h Harness) {
+	mustClaim(t, h.Store, NewAttempt("k", t0, time.Minute))
+	release := h.HoldWrites(t)
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range Races {
+		wg.Go(func() {
+			now := t0.Add(2 * time.Minute)
+			fence, ok, err := h.Store.TakeOver(context.Background(), "s", "k", 1, now, now.Add(time.Minute))
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				wins.Add(1)
+				if fence != 2 {
+					t.Errorf("winner's fence = %d, want 2", fence)
+				}
+			}
+		})
+	}
+	h.WaitBlocked(t, Races)
+	release()
+	wg.Wait()
+	if got := wins.Load(); got != 1 {
+		t.Errorf("takeovers won = %d, want 1", got)
+	}
+	if a := mustAttempt(t, h.Store, "k"); a.Fence != 2 {
+		t.Errorf("fence = %d after the takeovers, want 2", a.Fence)
+	}
+}
+
+// The record is guarded twice: by the owner's fence, so an owner whose
+// attempt was taken over writes nothing while the new owner still works,
+// and by the status, so nothing overwrites a final answer, not even the
+// owner that wrote it. Each refused Record affects no row and says so.
+func testRecordGuards(t *testing.T, h Harness) {
+	ctx, db := context.Background(), h.Store
+	mustClaim(t, db, NewAttempt("k", t0, time.Minute))
+	if _, ok, err := db.TakeOver(ctx, "s", "k", 1, t0.Add(2*time.Minute), t0.Add(3*time.Minute)); !ok || err != nil {
+		t.Fatalf("TakeOver = %v, %v", ok, err)
+	}
+	late := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("late\n"), FailureCode: "card_declined"}
+	if ok, err := db.Record(ctx, "s", "k", 1, late, t0.Add(2*time.Minute)); ok || err != nil {
+		t.Fatalf("Record by the fenced-out owner, new owner still working = %v, %v, want false", ok, err)
+	}
+	if got := mustAttempt(t, db, "k"); got.Status != payment.InProgress || got.ResponseBody != nil || got.Fence != 2 {
+		t.Fatalf("attempt = %s %q fence %d, want in progress, nothing stored, fence 2", got.Status, got.ResponseBody, got.Fence)
+	}
+	first := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("first\n"), ChargeID: "ch_1"}
+	if ok, err := db.Record(ctx, "s", "k", 2, first, t0.Add(2*time.Minute)); !ok || err != nil {
+		t.Fatalf("new owner's Record = %v, %v", ok, err)
+	}
+	again := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("again\n")}
+	if ok, err := db.Record(ctx, "s", "k", 2, again, t0.Add(3*time.Minute)); ok || err != nil {
+		t.Fatalf("second Record by the same owner = %v, %v, want false", ok, err)
+	}
+	got := mustAttempt(t, db, "k")
+	if got.Status != payment.Succeeded || string(got.ResponseBody) != "first\n" || got.ChargeID != "ch_1" ||
+		got.ResponseStatus != 201 || !got.UpdatedAt.Equal(t0.Add(2*time.Minute)) || !got.LeaseExpiresAt.IsZero() {
+		t.Errorf("attempt = %s %d %q %s updated %v lease %v, want the first record's, no lease",
+			got.Status, got.ResponseStatus, got.ResponseBody, got.ChargeID, got.UpdatedAt, got.LeaseExpiresAt)
+	}
+}
+
+// A live lease cannot be taken over; an expired one can, once per fence;
+// a late owner's Record cannot overwrite what the owner that took over wrote.
+func testRecordFencedAfterTakeOver(t *testing.T, h Harness) {
+	ctx, db := context.Background(), h.Store
+	mustClaim(t, db, NewAttempt("k", t0, time.Minute))
+	if _, ok, err := db.TakeOver(ctx, "s", "k", 1, t0.Add(30*time.Second), t0.Add(2*time.Minute)); ok || err != nil {
+		t.Fatalf("TakeOver of a live lease = %v, %v, want false", ok, err)
+	}
+	fence, ok, err := db.TakeOver(ctx, "s", "k", 1, t0.Add(2*time.Minute), t0.Add(3*time.Minute))
+	if !ok || err != nil || fence != 2 {
+		t.Fatalf("TakeOver of an expired lease = %d, %v, %v, want 2, true", fence, ok, err)
+	}
+	if got := mustAttempt(t, db, "k"); !got.LeaseExpiresAt.Equal(t0.Add(3*time.Minute)) || !got.UpdatedAt.Equal(t0.Add(2*time.Minute)) {
+		t.Errorf("after TakeOver: lease %v updated %v, want the new lease and now", got.LeaseExpiresAt, got.UpdatedAt)
+	}
+	if _, ok, _ := db.TakeOver(ctx, "s", "k", 1, t0.Add(4*time.Minute), t0.Add(5*time.Minute)); ok {
+		t.Fatalf("second TakeOver with the stale fence succeeded")
+	}
+	newOwner := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("new\n"), ChargeID: "ch_new"}
+	if ok, err := db.Record(ctx, "s", "k", 2, newOwner, t0.Add(2*time.Minute)); !ok || err != nil {
+		t.Fatalf("new owner's Record = %v, %v", ok, err)
+	}
+	late := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("late\n")}
+	if ok, err := db.Record(ctx, "s", "k", 1, late, t0.Add(3*time.Minute)); ok || err != nil {
+		t.Fatalf("late owner's Record = %v, %v, want false", ok, err)
+	}
+	if got := mustAttempt(t, db, "k"); got.Status != payment.Succeeded || string(got.ResponseBody) != "new\n" || got.ChargeID != "ch_new" {
+		t.Errorf("attempt = %s %q %s, want the new owner's succeeded", got.Status, got.ResponseBody, got.ChargeID)
+	}
+	if _, ok, _ := db.TakeOver(ctx, "s", "k", 2, t0.Add(time.Hour), t0.Add(2*time.Hour)); ok {
+		t.Errorf("TakeOver of a final attempt succeeded")
+	}
+}
+
+// Release lets a retry take over at once, and only the owner can release.
+func testRelease(t *testing.T, h Harness) {
+	ctx, db := context.Background(), h.Store
+	mustClaim(t, db, NewAttempt("k", t0, time.Hour))
+	if err := db.Release(ctx, "s", "k", 7, t0); err != nil { // not the owner's fence: no effect
+		t.Fatal(err)
+	}
+	if _, ok, _ := db.TakeOver(ctx, "s", "k", 1, t0, t0.Add(time.Minute)); ok {
+		t.Fatalf("TakeOver after a foreign Release succeeded")
+	}
+	if err := db.Release(ctx, "s", "k", 1, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustAttempt(t, db, "k"); !got.LeaseExpiresAt.IsZero() || !got.UpdatedAt.Equal(t0.Add(time.Second)) {
+		t.Errorf("after Release: lease %v updated %v, want none and the release time", got.LeaseExpiresAt, got.UpdatedAt)
+	}
+	if _, ok, err := db.TakeOver(ctx, "s", "k", 1, t0, t0.Add(time.Minute)); !ok || err != nil {
+		t.Fatalf("TakeOver after Release = %v, %v, want true", ok, err)
+	}
+}
+
+// What a claim stores is what reads return, field for field; a payment id
+// is found in its own scope only; an unknown key is ENOTFOUND.
+func testAttemptRoundTrip(t *testing.T, h Harness) {
+	ctx, db := context.Background(), h.Store
+	a := NewAttempt("k", t0, time.Minute)
+	mustClaim(t, db, a)
+	if ok, err := db.Claim(ctx, NewAttempt("k", t0.Add(time.Second), time.Minute)); ok || err != nil {
+		t.Errorf("second Claim of the key = %v, %v, want false, no error", ok, err)
+	}
+	got := mustAttempt(t, db, "k")
+	if got.ID != a.ID || string(got.RequestHash) != string(a.RequestHash) || string(got.Request) != string(a.Request) ||
+		got.Amount != a.Amount || got.Currency != a.Currency || got.Status != a.Status || got.Fence != 1 ||
+		!got.LeaseExpiresAt.Equal(a.LeaseExpiresAt) || !got.CreatedAt.Equal(t0) || !got.UpdatedAt.Equal(t0) ||
+		got.ResponseStatus != 0 || got.ResponseBody != nil || got.ChargeID != "" || got.FailureCode != "" {
+		t.Errorf("Attempt = %+v, want what was claimed: %+v", got, a)
+	}
+	if byID, err := db.AttemptByID(ctx, "s", a.ID); err != nil || byID.Key != "k" {
+		t.Errorf("AttemptByID in its scope = %v, %v", byID, err)
+	}
+	if _, err := db.AttemptByID(ctx, "other", a.ID); payment.ErrorCode(err) != payment.ENOTFOUND {
+		t.Errorf("AttemptByID in another scope: %v, want not found", err)
+	}
+	if _, err := db.Attempt(ctx, "other", "k"); payment.ErrorCode(err) != payment.ENOTFOUND {
+		t.Errorf("Attempt in another scope: %v, want not found", err)
+	}
+	declined := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte(`{"x":1}`), FailureCode: "card_declined"}
+	if ok, err := db.Record(ctx, "s", "k", 1, declined, t0.Add(time.Second)); !ok || err != nil {
+		t.Fatalf("Record = %v, %v", ok, err)
+	}
+	if got := mustAttempt(t, db, "k"); got.FailureCode != "card_declined" || got.ChargeID != "" || got.ResponseStatus != 402 {
+		t.Errorf("after a decline: %+v", got)
+	}
+}
+
+// Stale returns the attempts reconcile may settle, oldest first and no more
+// than asked; purge deletes final attempts past the retention in batches,
+// never one in progress however old.
+func testStaleAndPurge(t *testing.T, h Harness) {
+	ctx, db := context.Background(), h.Store
+	min := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
+	for _, c := range []struct {
+		key     string
+		claimed time.Time
+		lease   time.Duration
+	}{
+		{"old-dead", min(0), time.Minute},         // stale
+		{"older-dead", min(-1), time.Minute},      // stale, oldest
+		{"old-leased", min(0), time.Hour},         // lease still live at min(10)
+		{"young", min(8), time.Minute},            // not yet stale at min(10)
+		{"edge", min(5), 0},                       // exactly stale-after old: stale
+		{"settled", min(0), time.Minute},          // final
+		{"settled-young", min(9), time.Minute},    // final, within retention
+		{"settled-2", min(0).Add(time.Second), 0}, // final
+	} {
+		mustClaim(t, db, NewAttempt(c.key, c.claimed, c.lease))
+	}
+	for _, k := range []string{"settled", "settled-young", "settled-2"} {
+		a := mustAttempt(t, db, k)
+		if ok, err := db.Record(ctx, "s", k, 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}")}, a.CreatedAt); !ok || err != nil {
+			t.Fatalf("Record(%s) = %v, %v", k, ok, err)
+		}
+	}
+	now := min(10)
+	stale, err := db.Stale(ctx, now.Add(-5*time.Minute), now, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, a := range stale {
+		keys = append(keys, a.Key)
+		if !a.Stale(now, 5*time.Minute) {
+			t.Errorf("Stale returned %s, which Attempt.Stale does not call stale", a.Key)
+		}
+	}
+	if got, want := strings.Join(keys, ","), "older-dead,old-dead,edge"; got != want {
+		t.Errorf("Stale = %s, want %s", got, want)
+	}
+	if n, err := db.CountStale(ctx, now.Add(-5*time.Minute), now); n != 3 || err != nil {
+		t.Errorf("CountStale = %d, %v, want 3", n, err)
+	}
+	if two, err := db.Stale(ctx, now.Add(-5*time.Minute), now, 2); err != nil || len(two) != 2 || two[0].Key != "older-dead" {
+		t.Errorf("Stale with limit 2 = %d attempts (%v), want the 2 oldest", len(two), err)
+	}
+	if n, oldest, err := db.InProgress(ctx); n != 5 || !oldest.Equal(min(-1)) || err != nil {
+		t.Errorf("InProgress = %d, %v, %v, want 5, the oldest claim's time", n, oldest, err)
+	}
+
+	// Retention reaches min(5): two final attempts are older, one is not,
+	// and the in-progress ones are older still but stay.
+	if n, err := db.Purge(ctx, min(5), 1); n != 1 || err != nil {
+		t.Errorf("Purge, batch of 1 = %d, %v, want 1", n, err)
+	}
+	if n, err := db.Purge(ctx, min(5), 10); n != 1 || err != nil {
+		t.Errorf("Purge, batch of 10 = %d, %v, want the 1 left", n, err)
+	}
+	if n, err := db.Purge(ctx, min(5), 10); n != 0 || err != nil {
+		t.Errorf("Purge again = %d, %v, want 0", n, err)
+	}
+	counts, err := db.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[payment.Status]int{payment.InProgress: 5, payment.Succeeded: 1}; fmt.Sprint(counts) != fmt.Sprint(want) {
+		t.Errorf("Counts after purge = %v, want %v", counts, want)
+	}
+	if n, err := db.Purge(ctx, min(1000), 10); n != 1 || err != nil {
+		t.Errorf("Purge of everything final = %d, %v, want 1: never an attempt in progress", n, err)
+	}
+}
+
+// Merchants own keys; a key authenticates as its merchant until revoked;
+// the errors are the same on every store.
+func testMerchantsAndKeys(t *testing.T, h Harness) {
+	ctx, db := context.Background(), h.Store
+	shop, err := db.CreateMerchant(ctx, "Shop", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := db.CreateMerchant(ctx, "Other", t0.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1, s1, err := db.CreateAPIKey(ctx, shop.ID, "web", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, s2, err := db.CreateAPIKey(ctx, shop.ID, "pos", t0.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.CreateAPIKey(ctx, "mer_nobody", "x", t0); payment.ErrorCode(err) != payment.ENOTFOUND {
+		t.Errorf("CreateAPIKey for an unknown merchant: %v, want not found", err)
+	}
+	for _, s := range []string{s1, s2} {
+		if scope, err := db.Authenticate(ctx, s); scope != shop.ID || err != nil {
+			t.Errorf("Authenticate = %q, %v, want %s", scope, err, shop.ID)
+		}
+	}
+	for _, s := range []string{"opk_nope", "nope", ""} {
+		if _, err := db.Authenticate(ctx, s); payment.ErrorCode(err) != payment.EUNAUTHORIZED {
+			t.Errorf("Authenticate(%q): %v, want unauthorized", s, err)
+		}
+	}
+	if err := db.RevokeAPIKey(ctx, k1.ID, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.RevokeAPIKey(ctx, k1.ID, t0.Add(time.Minute)); payment.ErrorCode(err) != payment.ENOTFOUND {
+		t.Errorf("revoking a revoked key: %v, want not found", err)
+	}
+	if _, err := db.Authenticate(ctx, s1); payment.ErrorCode(err) != payment.EUNAUTHORIZED {
+		t.Errorf("Authenticate(revoked): %v, want unauthorized", err)
+	}
+	if scope, err := db.Authenticate(ctx, s2); scope != shop.ID || err != nil {
+		t.Errorf("Authenticate(the other key after a revoke) = %q, %v", scope, err)
+	}
+	merchants, err := db.Merchants(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(merchants) != 2 || merchants[0].ID != shop.ID || merchants[0].Name != "Shop" || merchants[0].LiveKeys != 1 ||
+		!merchants[0].CreatedAt.Equal(t0) || merchants[1].ID != other.ID || merchants[1].LiveKeys != 0 {
+		t.Errorf("Merchants = %+v, want Shop (1 live key), then Other (none)", merchants)
+	}
+	keys, err := db.APIKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 || keys[0].ID != k1.ID || keys[0].Name != "web" || !keys[0].RevokedAt.Equal(t0.Add(time.Minute)) ||
+		keys[1].Name != "pos" || !keys[1].RevokedAt.IsZero() || keys[1].MerchantID != shop.ID {
+		t.Errorf("APIKeys = %+v, want web (revoked), then pos (live)", keys)
+	}
+}
+
+// The admin page's reads: every merchant's attempts newest first with the
+// merchant's name, filtered by status or by a key prefix, payment id or
+// charge id; counts by status; an attempt by payment id in any scope.
+func testAdmin(t *testing.T, h Harness) {
+	ctx, db := context.Background(), h.Store
+	m, err := db.CreateMerchant(ctx, "Shop", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i, key := range []string{"order-1", "order-2", "other-3", "order-4"} {
+		a := NewAttempt(key, t0.Add(time.Duration(i)*time.Second), time.Minute)
+		a.Scope = m.ID
+		a.ID = fmt.Sprintf("pay_%d", i) // ids lead with the time
+		mustClaim(t, db, a)
+		ids = append(ids, a.ID)
+	}
+	orphan := NewAttempt("order-1", t0, time.Minute) // scope "s" has no merchant row
+	orphan.ID = "pay_9"
+	mustClaim(t, db, orphan)
+	o := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}"), ChargeID: "ch_two"}
+	if ok, err := db.Record(ctx, m.ID, "order-2", 1, o, t0); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	list := func(f payment.AttemptFilter) string {
+		t.Helper()
+		if f.Limit == 0 {
+			f.Limit = 50
+		}
+		got, err := db.ListAttempts(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, l := range got {
+			s = append(s, l.ID+"/"+l.Merchant)
+		}
+		return strings.Join(s, " ")
+	}
+	for _, tt := range []struct {
+		f    payment.AttemptFilter
+		want string
+	}{
+		{payment.AttemptFilter{}, "pay_9/s pay_3/Shop pay_2/Shop pay_1/Shop pay_0/Shop"},
+		{payment.AttemptFilter{Status: payment.Succeeded}, "pay_1/Shop"},
+		{payment.AttemptFilter{Search: "order-"}, "pay_9/s pay_3/Shop pay_1/Shop pay_0/Shop"},
+		{payment.AttemptFilter{Search: "order-1"}, "pay_9/s pay_0/Shop"},
+		{payment.AttemptFilter{Search: "pay_2"}, "pay_2/Shop"},
+		{payment.AttemptFilter{Search: "ch_two"}, "pay_1/Shop"},
+		{payment.AttemptFilter{Search: "order-", Status: payment.InProgress}, "pay_9/s pay_3/Shop pay_0/Shop"},
+		{payment.AttemptFilter{Search: "ORDER-"}, ""},
+		{payment.AttemptFilter{Limit: 2, Offset: 1}, "pay_3/Shop pay_2/Shop"},
+	} {
+		if got := list(tt.f); got != tt.want {
+			t.Errorf("ListAttempts(%+v) = %q, want %q", tt.f, got, tt.want)
+		}
+	}
+	counts, err := db.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[payment.InProgress] != 4 || counts[payment.Succeeded] != 1 || counts[payment.Failed] != 0 {
+		t.Errorf("Counts = %v, want 4 in progress, 1 succeeded", counts)
+	}
+	l, err := db.AttemptByPaymentID(ctx, ids[1])
+	if err != nil || l.Key != "order-2" || l.Merchant != "Shop" || l.ChargeID != "ch_two" {
+		t.Errorf("AttemptByPaymentID = %+v, %v", l, err)
+	}
+	if _, err := db.AttemptByPaymentID(ctx, "pay_nope"); payment.ErrorCode(err) != payment.ENOTFOUND {
+		t.Errorf("AttemptByPaymentID(unknown): %v, want not found", err)
+	}
+}
+
+// A database stays bound to its provider while payments are in flight there.
+func testBindProvider(t *testing.T, h Harness) {
+	ctx, db := context.Background(), h.Store
+	if err := db.BindProvider(ctx, "http://bank:1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.BindProvider(ctx, "http://bank:1"); err != nil {
+		t.Errorf("same provider again: %v", err)
+	}
+	mustClaim(t, db, NewAttempt("k", t0, time.Minute))
+	if err := db.BindProvider(ctx, "sim"); err == nil || !strings.Contains(err.Error(), "http://bank:1") {
+		t.Errorf("another provider with an attempt in progress = %v, want a refusal naming the bound one", err)
+	}
+	db.Record(ctx, "s", "k", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}")}, t0)
+	if err := db.BindProvider(ctx, "http://bank:2"); err != nil {
+		t.Errorf("another provider with nothing in progress = %v, want the binding moved", err)
+	}
+	mustClaim(t, db, NewAttempt("k2", t0, time.Minute))
+	if err := db.BindProvider(ctx, "http://bank:1"); err == nil || !strings.Contains(err.Error(), "http://bank:2") {
+		t.Errorf("back to the first provider with an attempt in progress = %v, want a refusal naming the one it moved to", err)
+	}
+}
+
+// A caller that gave up is not an internal error: nothing was written.
+func testCancelled(t *testing.T, h Harness) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := h.Store.Attempt(ctx, "s", "k"); payment.ErrorCode(err) != payment.EUNAVAILABLE {
+		t.Errorf("Attempt with a cancelled context: code %q (%v), want %q", payment.ErrorCode(err), err, payment.EUNAVAILABLE)
+	}
+	if _, err := h.Store.Claim(ctx, NewAttempt("k", t0, time.Minute)); payment.ErrorCode(err) != payment.EUNAVAILABLE {
+		t.Errorf("Claim with a cancelled context: code %q (%v), want %q", payment.ErrorCode(err), err, payment.EUNAVAILABLE)
+	}
+	if _, err := h.Store.Authenticate(ctx, "opk_x"); payment.ErrorCode(err) == payment.EINTERNAL {
+		t.Errorf("Authenticate with a cancelled context: %v, want no internal error", err)
+	}
+}

@@ -1,0 +1,202 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/oncepay/oncepay/payment"
+)
+
+// Claim inserts a unless its (scope, idempotency_key) exists; the rows
+// affected decide ownership, never a read. Of concurrent claims on one key,
+// PostgreSQL makes all but the first wait for its commit, then do nothing.
+func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err error) {
+	n, err := db.exec(ctx, `INSERT INTO payment_attempts
+		(scope, idempotency_key, id, request_hash, request, amount, currency,
+		 status, fence, lease_expires_at, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+		ON CONFLICT (scope, idempotency_key) DO NOTHING`,
+		a.Scope, a.Key, a.ID, a.RequestHash, a.Request, a.Amount, a.Currency,
+		string(a.Status), a.Fence, msOrNull(a.LeaseExpiresAt), ms(a.CreatedAt), ms(a.UpdatedAt))
+	return n == 1 && err == nil, err
+}
+
+// TakeOver moves an abandoned attempt to a new owner: one guarded UPDATE.
+// Under READ COMMITTED a second UPDATE racing for the row waits for the
+// first, then re-checks the fence on the new row version and matches
+// nothing, so exactly one wins, on one instance or across many.
+func (db *DB) TakeOver(ctx context.Context, scope, key string, fence int64, now, leaseUntil time.Time) (newFence int64, ok bool, err error) {
+	n, err := db.exec(ctx, `UPDATE payment_attempts
+		SET fence = fence + 1, lease_expires_at = $1, updated_at = $2
+		WHERE scope = $3 AND idempotency_key = $4 AND status = 'in_progress' AND fence = $5
+		  AND (lease_expires_at IS NULL OR lease_expires_at <= $6)`,
+		ms(leaseUntil), ms(now), scope, key, fence, ms(now))
+	return fence + 1, n == 1 && err == nil, err
+}
+
+// Record stores the final outcome, guarded by the owner's fence and the
+// status: a late owner cannot overwrite what a takeover or reconcile wrote.
+func (db *DB) Record(ctx context.Context, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
+	n, err := db.exec(ctx, `UPDATE payment_attempts
+		SET status = $1, response_status = $2, response_body = $3, charge_id = $4,
+		    failure_code = $5, lease_expires_at = NULL, updated_at = $6
+		WHERE scope = $7 AND idempotency_key = $8 AND status = 'in_progress' AND fence = $9`,
+		string(o.Status), o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID),
+		nullString(o.FailureCode), ms(now), scope, key, fence)
+	return n == 1 && err == nil, err
+}
+
+// Release drops the owner's lease so that a retry can take over at once.
+func (db *DB) Release(ctx context.Context, scope, key string, fence int64, now time.Time) error {
+	_, err := db.exec(ctx, `UPDATE payment_attempts SET lease_expires_at = NULL, updated_at = $1
+		WHERE scope = $2 AND idempotency_key = $3 AND status = 'in_progress' AND fence = $4`,
+		ms(now), scope, key, fence)
+	return err
+}
+
+const attemptColumns = `scope, idempotency_key, id, request_hash, request, amount, currency,
+	status, fence, lease_expires_at, response_status, response_body, charge_id,
+	failure_code, created_at, updated_at`
+
+// Attempt returns the attempt for (scope, key).
+func (db *DB) Attempt(ctx context.Context, scope, key string) (*payment.Attempt, error) {
+	return attemptOrNotFound(scanAttempt(db.pool.QueryRow(ctx, `SELECT `+attemptColumns+` FROM payment_attempts
+		WHERE scope = $1 AND idempotency_key = $2`, scope, key)))
+}
+
+// AttemptByID returns the attempt with payment id id, within scope only.
+func (db *DB) AttemptByID(ctx context.Context, scope, id string) (*payment.Attempt, error) {
+	return attemptOrNotFound(scanAttempt(db.pool.QueryRow(ctx, `SELECT `+attemptColumns+` FROM payment_attempts
+		WHERE id = $1 AND scope = $2`, id, scope)))
+}
+
+func attemptOrNotFound(a *payment.Attempt, err error) (*payment.Attempt, error) {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, payment.ErrNoPayment()
+	}
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return a, nil
+}
+
+// queryAll runs query and scans every row with scan.
+func queryAll[T any](ctx context.Context, db *DB, scan func(pgx.Row) (*T, error), query string, args ...any) ([]T, error) {
+	rows, err := db.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	var all []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		all = append(all, *v)
+	}
+	return all, mapErr(rows.Err())
+}
+
+func scanAttempt(row pgx.Row) (*payment.Attempt, error) {
+	return scanAttemptAnd(row)
+}
+
+// scanAttemptAnd scans an attempt's columns, then extra ones into extra.
+func scanAttemptAnd(row pgx.Row, extra ...any) (*payment.Attempt, error) {
+	var (
+		a                 payment.Attempt
+		status            string
+		lease             *int64
+		respStatus        *int32
+		created, updated  int64
+		chargeID, failure *string
+	)
+	dest := []any{&a.Scope, &a.Key, &a.ID, &a.RequestHash, &a.Request, &a.Amount, &a.Currency,
+		&status, &a.Fence, &lease, &respStatus, &a.ResponseBody, &chargeID,
+		&failure, &created, &updated}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return nil, err
+	}
+	a.Status = payment.Status(status)
+	a.LeaseExpiresAt = fromMS(lease)
+	if respStatus != nil {
+		a.ResponseStatus = int(*respStatus)
+	}
+	if chargeID != nil {
+		a.ChargeID = *chargeID
+	}
+	if failure != nil {
+		a.FailureCode = *failure
+	}
+	a.CreatedAt, a.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
+	return &a, nil
+}
+
+// Counts returns how many attempts are in each status.
+func (db *DB) Counts(ctx context.Context) (map[payment.Status]int, error) {
+	type count struct {
+		status payment.Status
+		n      int
+	}
+	all, err := queryAll(ctx, db, func(row pgx.Row) (*count, error) {
+		var c count
+		var s string
+		err := row.Scan(&s, &c.n)
+		c.status = payment.Status(s)
+		return &c, err
+	}, `SELECT status, count(*) FROM payment_attempts GROUP BY status`)
+	counts := map[payment.Status]int{}
+	for _, c := range all {
+		counts[c.status] = c.n
+	}
+	return counts, err
+}
+
+// staleWhere selects what Attempt.Stale reports: in progress, last updated
+// at or before $1, no live lease at $2.
+const staleWhere = `status = 'in_progress' AND updated_at <= $1
+	AND (lease_expires_at IS NULL OR lease_expires_at <= $2)`
+
+// Stale returns up to limit attempts still in progress, last updated at or
+// before updatedBefore, holding no live lease at now, oldest first.
+//
+// Every instance's reconcile may read the same ones: which of them settles
+// an attempt is decided by the fenced TakeOver each does before asking the
+// provider, as between a retry and reconcile on one instance. No row lock
+// is held across the provider call, so an instance that dies mid-run leaves
+// nothing locked: its lease runs out and the next run takes the attempt.
+func (db *DB) Stale(ctx context.Context, updatedBefore, now time.Time, limit int) ([]payment.Attempt, error) {
+	return queryAll(ctx, db, scanAttempt, `SELECT `+attemptColumns+` FROM payment_attempts
+		WHERE `+staleWhere+` ORDER BY updated_at LIMIT $3`, ms(updatedBefore), ms(now), limit)
+}
+
+// CountStale counts what Stale would return without a limit.
+func (db *DB) CountStale(ctx context.Context, updatedBefore, now time.Time) (int, error) {
+	var n int
+	err := db.pool.QueryRow(ctx, `SELECT count(*) FROM payment_attempts WHERE `+staleWhere,
+		ms(updatedBefore), ms(now)).Scan(&n)
+	return n, mapErr(err)
+}
+
+// Purge deletes up to limit final attempts last updated before before and
+// returns how many it deleted. Attempts in progress are never deleted. Rows
+// another instance's purge is deleting are skipped, not waited for: the
+// purges of many instances share the work.
+func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
+	n, err := db.exec(ctx, `DELETE FROM payment_attempts WHERE (scope, idempotency_key) IN (
+		SELECT scope, idempotency_key FROM payment_attempts
+		WHERE status IN ('succeeded', 'failed') AND updated_at < $1
+		LIMIT $2 FOR UPDATE SKIP LOCKED)`, ms(before), limit)
+	return int(n), err
+}
+
+// InProgress returns how many attempts are in progress and when the oldest
+// was created (zero if none).
+func (db *DB) InProgress(ctx context.Context) (n int, oldest time.Time, err error) {
+	var min *int64
+	err = db.pool.QueryRow(ctx, `SELECT count(*), min(created_at) FROM payment_attempts WHERE status = 'in_progress'`).Scan(&n, &min)
+	return n, fromMS(min), mapErr(err)
+}

@@ -1,0 +1,163 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/oncepay/oncepay/internal/pgtest"
+	"github.com/oncepay/oncepay/internal/storetest"
+	"github.com/oncepay/oncepay/payment"
+)
+
+// mustOpen opens a store on a new database of the test server.
+func mustOpen(tb testing.TB, params string) (*DB, string) {
+	tb.Helper()
+	url := pgtest.URL(tb)
+	db, err := Open(context.Background(), url+params)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return db, url
+}
+
+// The store contract, as every store keeps it. Writes are held by a table
+// lock another connection takes, which every INSERT and UPDATE of attempts
+// waits for; the pool has a connection for each racer.
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		db, url := mustOpen(t, "?pool_max_conns=32")
+		return storetest.Harness{
+			Store:       db,
+			HoldWrites:  func(t *testing.T) func() { return holdWrites(t, url) },
+			WaitBlocked: func(t *testing.T, n int) { waitBlocked(t, db, n) },
+		}
+	})
+}
+
+func holdWrites(t *testing.T, url string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE payment_attempts IN SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			tx.Rollback(ctx)
+			conn.Close(ctx)
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// waitBlocked waits until n statements wait for a lock on attempts.
+func waitBlocked(t *testing.T, db *DB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		err := db.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
+			WHERE relation = 'payment_attempts'::regclass AND NOT granted`).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("writes waiting = %d after 10s, want %d", waiting, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Instances starting together on a new database each apply the schema:
+// the advisory lock makes them take turns, and none fails.
+func TestOpenConcurrently(t *testing.T) {
+	url := pgtest.URL(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	for i := range errs {
+		wg.Go(func() {
+			db, err := Open(context.Background(), url)
+			if err == nil {
+				db.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Open %d: %v", i, err)
+		}
+	}
+}
+
+// A server that is down, a backend killed under a connection, and a
+// serialization failure are all unavailable (503 with Retry-After), never
+// an internal error; a statement the server refuses for a bug is not.
+func TestErrorsMapToUnavailable(t *testing.T) {
+	ctx := context.Background()
+	db, url := mustOpen(t, "?pool_max_conns=1")
+	if _, err := db.Attempt(ctx, "s", "k"); payment.ErrorCode(err) != payment.ENOTFOUND {
+		t.Fatalf("Attempt: %v", err)
+	}
+	// Kill the pool's one backend, as a restart or a failover does.
+	pgtest.Exec(t, url, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	// The pool pings a connection idle for over a second before using it;
+	// this one is not, so the dead connection fails a statement once.
+	claimed := false
+	for try := 0; try < 3 && !claimed; try++ {
+		ok, err := db.Claim(ctx, storetest.NewAttempt("k", time.Now(), time.Minute))
+		if err != nil && payment.ErrorCode(err) != payment.EUNAVAILABLE {
+			t.Fatalf("Claim after the backend was killed: %v, want unavailable", err)
+		}
+		claimed = ok
+	}
+	if !claimed {
+		t.Fatal("Claim did not recover after the backend was killed")
+	}
+
+	down, err := Open(ctx, "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+	if err == nil {
+		down.Close()
+		t.Fatal("Open of a server that is not there succeeded")
+	}
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{&pgconn.PgError{Code: "40001"}, payment.EUNAVAILABLE},
+		{&pgconn.PgError{Code: "40P01"}, payment.EUNAVAILABLE},
+		{&pgconn.PgError{Code: "57P01"}, payment.EUNAVAILABLE},
+		{&pgconn.PgError{Code: "53300"}, payment.EUNAVAILABLE},
+		{&pgconn.PgError{Code: "08006"}, payment.EUNAVAILABLE},
+		{&pgconn.PgError{Code: "25006"}, payment.EUNAVAILABLE},
+		{&pgconn.PgError{Code: "23505"}, payment.EINTERNAL},
+		{&pgconn.PgError{Code: "42601"}, payment.EINTERNAL},
+		{err, payment.EUNAVAILABLE},
+		{context.Canceled, payment.EUNAVAILABLE},
+		{errors.New("a bug"), payment.EINTERNAL},
+	} {
+		if got := payment.ErrorCode(mapErr(tt.err)); got != tt.want {
+			t.Errorf("mapErr(%v) = %s, want %s", tt.err, got, tt.want)
+		}
+	}
+}
