@@ -6,8 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
+	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/pgstore"
 	"github.com/oncepay/oncepay/sqlitestore"
 )
 
@@ -15,7 +18,7 @@ import (
 // register adds) and runs do on the open store with the subcommand and its
 // positional arguments.
 func storeCommand(ctx context.Context, name, synopsis string, args []string, getenv func(string) string, stderr io.Writer,
-	register func(*flag.FlagSet), do func(db *sqlitestore.DB, sub string, pos []string) error) error {
+	register func(*flag.FlagSet), do func(db payment.Database, sub string, pos []string) error) error {
 	if len(args) == 0 {
 		return fmt.Errorf("usage: oncepay %s", synopsis)
 	}
@@ -39,8 +42,8 @@ func storeCommand(ctx context.Context, name, synopsis string, args []string, get
 // runMerchant manages merchants: create prints the new id alone on the last
 // line of stdout, so a script can take it with tail -n 1.
 func runMerchant(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	const synopsis = "merchant create NAME | list [--db FILE]"
-	return storeCommand(ctx, "merchant", synopsis, args, getenv, stderr, func(*flag.FlagSet) {}, func(db *sqlitestore.DB, sub string, pos []string) error {
+	const synopsis = "merchant create NAME | list [--db FILE|URL]"
+	return storeCommand(ctx, "merchant", synopsis, args, getenv, stderr, func(*flag.FlagSet) {}, func(db payment.Database, sub string, pos []string) error {
 		switch {
 		case sub == "create" && len(pos) == 1:
 			m, err := db.CreateMerchant(ctx, pos[0], time.Now())
@@ -69,13 +72,13 @@ func runMerchant(ctx context.Context, args []string, getenv func(string) string,
 // "apikey create NAME", the form from before merchants, makes a merchant
 // NAME with one key.
 func runAPIKey(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	const synopsis = "apikey create --merchant ID [--name NAME] | create NAME | list | revoke ID [--db FILE]"
+	const synopsis = "apikey create --merchant ID [--name NAME] | create NAME | list | revoke ID [--db FILE|URL]"
 	var merchant, name string
 	register := func(fs *flag.FlagSet) {
 		fs.StringVar(&merchant, "merchant", "", "create: the merchant the key belongs to")
 		fs.StringVar(&name, "name", "", "create: a name for the key, such as where it is deployed")
 	}
-	return storeCommand(ctx, "apikey", synopsis, args, getenv, stderr, register, func(db *sqlitestore.DB, sub string, pos []string) error {
+	return storeCommand(ctx, "apikey", synopsis, args, getenv, stderr, register, func(db payment.Database, sub string, pos []string) error {
 		switch {
 		case sub == "create" && merchant == "" && len(pos) == 1:
 			if err := warnSameName(ctx, db, pos[0], stderr); err != nil {
@@ -128,7 +131,7 @@ func runAPIKey(ctx context.Context, args []string, getenv func(string) string, s
 // warnSameName warns that "apikey create NAME" makes a new merchant even if
 // one is named NAME already: a rotated key made that way would not share the
 // old key's payments, the very mistake merchants exist to prevent.
-func warnSameName(ctx context.Context, db *sqlitestore.DB, name string, stderr io.Writer) error {
+func warnSameName(ctx context.Context, db payment.AccountStore, name string, stderr io.Writer) error {
 	merchants, err := db.Merchants(ctx)
 	if err != nil {
 		return err
@@ -158,7 +161,10 @@ func runBackup(ctx context.Context, args []string, getenv func(string) string, s
 	if to == "" {
 		return errors.New("backup: --to FILE is required")
 	}
-	db, err := cfg.openStore(ctx)
+	if pgstore.IsURL(cfg.db) {
+		return errors.New("backup: --db is PostgreSQL, which oncepay does not copy itself: use pg_dump (pg_dump --format=custom --file FILE URL), or your provider's backups and point-in-time recovery")
+	}
+	db, err := sqlitestore.Open(ctx, cfg.db, schema, sqlitestore.Options{})
 	if err != nil {
 		return err
 	}
@@ -167,5 +173,56 @@ func runBackup(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("backup to %s: %w", to, err)
 	}
 	fmt.Fprintf(stdout, "backed up %s to %s\n", cfg.db, to)
+	return nil
+}
+
+// runCopy is "oncepay copy --from FILE --to URL": a SQLite installation
+// moved to an empty PostgreSQL database, in-flight attempts included (with
+// their fences and leases, so a client's retry takes them over there), with
+// its merchants, API keys (hashes: every secret keeps working) and the
+// provider binding. It reads one consistent snapshot and writes it in one
+// transaction: the target has all of it or none.
+func runCopy(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var from, to string
+	fs := newFlagSet("copy", "copy --from FILE --to URL", stderr)
+	fs.StringVar(&from, "from", "", "the SQLite database to copy, such as oncepay.db")
+	fs.StringVar(&to, "to", "", "the PostgreSQL database to copy into (postgres://...); it must hold no payments, merchants or keys")
+	if _, err := parseFlags(fs, args, getenv); err != nil {
+		return err
+	}
+	if from == "" || to == "" {
+		return errors.New("copy: --from FILE and --to URL are both required")
+	}
+	if pgstore.IsURL(from) || !pgstore.IsURL(to) {
+		return errors.New("copy: --from is a SQLite file and --to a postgres:// URL")
+	}
+	if _, err := os.Stat(from); err != nil { // never create an empty source
+		return fmt.Errorf("copy: --from: %w", err)
+	}
+	src, err := sqlitestore.Open(ctx, from, schema, sqlitestore.Options{})
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	snap, err := src.Export(ctx)
+	if err != nil {
+		return fmt.Errorf("copy: read %s: %w", from, err)
+	}
+	dst, err := pgstore.Open(ctx, to)
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	if err := dst.Import(ctx, snap); err != nil {
+		return fmt.Errorf("copy: write %s: %w", redactDB(to), err)
+	}
+	inProgress := 0
+	for _, a := range snap.Attempts {
+		if a.Status == payment.InProgress {
+			inProgress++
+		}
+	}
+	fmt.Fprintf(stdout, "copied %s to %s: %d payments (%d in progress), %d merchants, %d API keys, %d settings\n",
+		from, redactDB(to), len(snap.Attempts), inProgress, len(snap.Merchants), len(snap.APIKeys), len(snap.Settings))
 	return nil
 }

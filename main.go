@@ -43,7 +43,9 @@ Usage:
   oncepay apikey create NAME    make a merchant NAME with one API key
   oncepay apikey list           list API keys
   oncepay apikey revoke ID      revoke an API key
-  oncepay backup --to FILE      copy the live database consistently
+  oncepay backup --to FILE      copy the live SQLite database consistently (PostgreSQL: pg_dump)
+  oncepay copy --from FILE --to postgres://...
+                                move a SQLite installation to an empty PostgreSQL database
   oncepay version               print the version
   oncepay bench                 drive a running server with load, then check no payment was charged twice
 
@@ -75,6 +77,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runAPIKey(ctx, args, getenv, stdout, stderr)
 	case "backup":
 		return runBackup(ctx, args, getenv, stdout, stderr)
+	case "copy":
+		return runCopy(ctx, args, getenv, stdout, stderr)
 	case "bench":
 		return runBench(ctx, args, getenv, stdout, stderr)
 	case "version", "--version":

@@ -9,12 +9,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/oncepay/oncepay/metrics"
 	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/pgstore"
 	"github.com/oncepay/oncepay/provider/remote"
 	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/provider/stripe"
@@ -48,7 +50,7 @@ type config struct {
 }
 
 func (c *config) registerStore(fs *flag.FlagSet) {
-	fs.StringVar(&c.db, "db", "oncepay.db", "SQLite database file")
+	fs.StringVar(&c.db, "db", "oncepay.db", "SQLite database file, or a postgres:// URL for PostgreSQL (many instances, one database)")
 }
 
 func (c *config) registerWritePath(fs *flag.FlagSet) {
@@ -89,6 +91,9 @@ func (c *config) validate() error {
 	}
 	if c.simDB == "" {
 		c.simDB = strings.TrimSuffix(c.db, ".db") + "-sim.db"
+		if pgstore.IsURL(c.db) {
+			c.simDB = "oncepay-sim.db"
+		}
 	}
 	// A key oncepay forgot must not reach the provider as new: oncepay keeps
 	// keys no longer than the provider does.
@@ -157,13 +162,32 @@ func (c *config) readAdminToken(strict bool) error {
 
 // app is an open oncepay: its store, its provider, and the flow over them.
 type app struct {
-	db      *sqlitestore.DB
+	db      payment.Database
 	sim     *sim.Sim // nil unless the provider is the in-process simulation
 	service *payment.Service
 }
 
-func (c *config) openStore(ctx context.Context) (*sqlitestore.DB, error) {
+// openStore opens the database --db names: PostgreSQL for a postgres://
+// URL, else a SQLite file.
+func (c *config) openStore(ctx context.Context) (payment.Database, error) {
+	if pgstore.IsURL(c.db) {
+		return pgstore.Open(ctx, c.db)
+	}
 	return sqlitestore.Open(ctx, c.db, schema, sqlitestore.Options{MaxBatch: c.maxBatch, MaxWait: c.batchWait})
+}
+
+// dbName is --db as logs and messages may show it: without a password.
+func (c *config) dbName() string { return redactDB(c.db) }
+
+func redactDB(db string) string {
+	if !pgstore.IsURL(db) {
+		return db
+	}
+	u, err := url.Parse(db)
+	if err != nil {
+		return "postgres://(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 // open opens the store and the provider configured by c. The database is
@@ -239,7 +263,7 @@ func (a *app) reconciler(c *config) (*payment.Reconciler, error) {
 	return payment.NewReconciler(payment.Reconciler{Service: a.service, StaleAfter: c.staleAfter})
 }
 
-func newPurger(db *sqlitestore.DB, retention time.Duration) (*payment.Purger, error) {
+func newPurger(db payment.Store, retention time.Duration) (*payment.Purger, error) {
 	p, err := payment.NewPurger(payment.Purger{Store: db, Retention: retention})
 	if err != nil {
 		return nil, fmt.Errorf("--retention: %w", err)
@@ -322,7 +346,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if demo {
 		fmt.Fprintf(stdout, "oncepay demo: %s (simulated provider, no API key needed)\nworkshop page: %s/demo\nadmin page: %s/admin\n", url, url, url)
 	}
-	log.Info("listening", "url", url, "mode", name, "db", cfg.db)
+	log.Info("listening", "url", url, "mode", name, "db", cfg.dbName())
 	err = serveHTTP(ctx, ln, server.New(srvCfg), cfg.providerTimeout, log)
 	<-jobs.Stop().Done() // then the deferred Close: the database goes last
 	return err
