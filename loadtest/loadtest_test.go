@@ -11,6 +11,7 @@ import (
 	"github.com/oncepay/oncepay/loadtest"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/server"
+	"github.com/oncepay/oncepay/sqlitestore"
 )
 
 // startServer serves a real oncepay (SQLite files, the simulated provider)
@@ -101,7 +102,7 @@ func TestCheckFindsChargesByScope(t *testing.T) {
 // The SQL ceiling claims and records through the store without error.
 func TestStoreCeiling(t *testing.T) {
 	e := oncepaytest.Open(t, oncepaytest.Options{})
-	c, err := loadtest.StoreCeiling(context.Background(), e.DB, 8, 200*time.Millisecond)
+	c, err := loadtest.StoreCeiling(context.Background(), e.DB.(*sqlitestore.DB), 8, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

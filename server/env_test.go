@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/oncepaytest"
+	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/metrics"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/sim"
@@ -43,11 +44,22 @@ type envOptions struct {
 	adminToken string
 	log        io.Writer // where the JSON logs go; discarded if nil
 	workshop   bool      // serve the demo mode's workshop page
+	postgres   bool      // keep the attempts in PostgreSQL (a database of the test's own), not SQLite
 }
+
+// stores are the stores a test of store behaviour runs against, by name.
+var stores = []struct {
+	name     string
+	postgres bool
+}{{"sqlite", false}, {"postgres", true}}
 
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
-	oe := oncepaytest.Open(t, oncepaytest.Options{Dir: o.dir, Faults: o.faults, Now: o.now, Lease: o.lease, Store: o.storeOp, Log: o.log})
+	var pg string
+	if o.postgres {
+		pg = pgtest.URL(t)
+	}
+	oe := oncepaytest.Open(t, oncepaytest.Options{Dir: o.dir, Faults: o.faults, Now: o.now, Lease: o.lease, Store: o.storeOp, Log: o.log, Postgres: pg})
 	m := metrics.New(oe.DB.InProgress, oe.Service.Now)
 	oe.Service.ObserveProviderCall = m.ProviderCall
 	oe.Reconciler.Observe = m.Reconciled

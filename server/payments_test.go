@@ -18,21 +18,26 @@ import (
 // one charge call per key, and every answer is the stored 201 or a 409 in
 // progress. Again against a provider that charges every call it gets (no
 // dedupe): then only oncepay's claim keeps the ledger at one charge a key.
+// On each store.
 func TestConcurrentSameKeyStorm(t *testing.T) {
-	for _, tt := range []struct {
-		name   string
-		perKey int
-		faults sim.Faults
-	}{
-		{"provider dedupes", 1000, sim.Faults{Latency: 50 * time.Millisecond}},
-		{"provider charges every call", 300, sim.Faults{Latency: 50 * time.Millisecond, NoDedupe: true}},
-	} {
-		t.Run(tt.name, func(t *testing.T) { storm(t, 10, tt.perKey, tt.faults) })
+	for _, st := range stores {
+		for _, tt := range []struct {
+			name   string
+			perKey int
+			faults sim.Faults
+		}{
+			{"provider dedupes", 1000, sim.Faults{Latency: 50 * time.Millisecond}},
+			{"provider charges every call", 300, sim.Faults{Latency: 50 * time.Millisecond, NoDedupe: true}},
+		} {
+			t.Run(st.name+"/"+tt.name, func(t *testing.T) {
+				storm(t, envOptions{faults: tt.faults, postgres: st.postgres}, 10, tt.perKey)
+			})
+		}
 	}
 }
 
-func storm(t *testing.T, keys, perKey int, faults sim.Faults) {
-	e := newEnv(t, envOptions{faults: faults})
+func storm(t *testing.T, o envOptions, keys, perKey int) {
+	e := newEnv(t, o)
 	type result struct {
 		key string
 		r   response
@@ -108,16 +113,19 @@ func storm(t *testing.T, keys, perKey int, faults sim.Faults) {
 // retrying with their key end with exactly one charge each, made by one
 // charge call (each retry finds it by lookup), and the 201 they finally get
 // names the ledger's charge; the same against a provider without dedupe.
+// On each store.
 func TestLostResponsesRetried(t *testing.T) {
-	for _, dedupe := range []bool{true, false} {
-		t.Run(fmt.Sprintf("dedupe=%v", dedupe), func(t *testing.T) {
-			lostResponsesRetried(t, sim.Faults{FailAfterCharge: 0.8, NoDedupe: !dedupe})
-		})
+	for _, st := range stores {
+		for _, dedupe := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/dedupe=%v", st.name, dedupe), func(t *testing.T) {
+				lostResponsesRetried(t, envOptions{faults: sim.Faults{FailAfterCharge: 0.8, NoDedupe: !dedupe}, postgres: st.postgres})
+			})
+		}
 	}
 }
 
-func lostResponsesRetried(t *testing.T, faults sim.Faults) {
-	e := newEnv(t, envOptions{faults: faults})
+func lostResponsesRetried(t *testing.T, o envOptions) {
+	e := newEnv(t, o)
 	const clients = 20
 	var wg sync.WaitGroup
 	finals := make([]response, clients)

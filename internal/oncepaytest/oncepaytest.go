@@ -1,6 +1,7 @@
 // Package oncepaytest builds a real oncepay for tests: SQLite files in a
-// temporary directory, the simulated provider with its own ledger file, and
-// the payment flow over them. Only the provider is simulated.
+// temporary directory (or a PostgreSQL database of the test's own), the
+// simulated provider with its own ledger file, and the payment flow over
+// them. Only the provider is simulated.
 package oncepaytest
 
 import (
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/pgstore"
 	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/sqlitestore"
 )
@@ -24,13 +26,16 @@ type Options struct {
 	Now    func() time.Time // default time.Now
 	Lease  time.Duration    // default 30s
 	Store  sqlitestore.Options
-	Log    io.Writer // JSON logs; default discarded
+	// Postgres, if set, is the URL of the PostgreSQL database to use instead
+	// of SQLite (pgtest.URL makes one); Store is then ignored.
+	Postgres string
+	Log      io.Writer // JSON logs; default discarded
 }
 
 // Env is an open oncepay.
 type Env struct {
 	Dir        string
-	DB         *sqlitestore.DB
+	DB         payment.Database
 	Sim        *sim.Sim
 	Service    *payment.Service
 	Reconciler *payment.Reconciler // stale after 5m, as in production
@@ -53,7 +58,15 @@ func Open(tb testing.TB, o Options) *Env {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
-	db, err := sqlitestore.Open(context.Background(), filepath.Join(o.Dir, "oncepay.db"), Schema(tb), o.Store)
+	var (
+		db  payment.Database
+		err error
+	)
+	if o.Postgres != "" {
+		db, err = pgstore.Open(context.Background(), o.Postgres)
+	} else {
+		db, err = sqlitestore.Open(context.Background(), filepath.Join(o.Dir, "oncepay.db"), Schema(tb), o.Store)
+	}
 	if err != nil {
 		tb.Fatalf("open store: %v", err)
 	}
