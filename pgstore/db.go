@@ -126,6 +126,13 @@ func mapErr(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return &payment.Error{Code: payment.EUNAVAILABLE, Message: "The request was cancelled before it finished; retry with the same key.", Err: err}
 	}
+	// A connection that could not be made wraps whatever refused it, a
+	// server error among them (too many clients, not accepting
+	// connections): unavailable, whatever the server said.
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return &payment.Error{Code: payment.EUNAVAILABLE, Message: "The database cannot be reached; retry shortly.", Err: err}
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		if unavailableState(pe.Code) {
@@ -165,11 +172,8 @@ func unavailableState(code string) bool {
 // lostConnection reports whether err (not a server error) is a connection
 // that failed or could not be made.
 func lostConnection(err error) bool {
-	var (
-		ce *pgconn.ConnectError
-		ne net.Error
-	)
-	return errors.As(err, &ce) || errors.As(err, &ne) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+	var ne net.Error
+	return errors.As(err, &ne) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
 		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "closed pool")
 }

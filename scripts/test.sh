@@ -4,12 +4,38 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+
 # The browser tests drive Debian's Chromium; install it when it is missing.
 if ! command -v chromium >/dev/null 2>&1; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+fi
+
+# The PostgreSQL tests run against ONCEPAY_TEST_POSTGRES (a postgres:// URL
+# of a role that may create databases). Without one, a throwaway server from
+# Debian's packages: initdb in a temporary directory as an unprivileged user,
+# listening on a socket there only (no port to collide with), removed on
+# exit. It is a test server: fsync is off.
+pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+if [ -z "${ONCEPAY_TEST_POSTGRES:-}" ]; then
+  if [ ! -x "$(pg_bin)/initdb" ]; then
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
+  fi
+  pgbin=$(pg_bin)
+  pgdir=$(mktemp -d /tmp/oncepay-pg.XXXXXX)
+  as_pg=()
+  if [ "$(id -u)" -eq 0 ]; then # PostgreSQL refuses to run as root
+    chown postgres "$pgdir"
+    as_pg=(runuser -u postgres --)
+  fi
+  "${as_pg[@]}" "$pgbin/initdb" -D "$pgdir/data" -U postgres -A trust --no-sync >/dev/null
+  "${as_pg[@]}" "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/log" -w -s \
+    -o "-c listen_addresses='' -k $pgdir -c max_connections=400 -c fsync=off -c full_page_writes=off" start
+  trap '"${as_pg[@]}" "$pgbin/pg_ctl" -D "$pgdir/data" -m immediate -s stop; rm -rf "$pgdir"' EXIT
+  export ONCEPAY_TEST_POSTGRES="postgres://postgres@/postgres?host=$pgdir"
 fi
 
 # The Stripe provider's tests run against stripe-mock; install it when it is missing.

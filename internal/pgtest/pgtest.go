@@ -39,8 +39,8 @@ func URL(tb testing.TB) string {
 	tb.Helper()
 	server := Server(tb)
 	name := "oncepay_test_" + strings.ToLower(rand.Text()[:12])
-	admin(tb, server, `CREATE DATABASE `+name)
-	tb.Cleanup(func() { admin(tb, server, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`) })
+	Admin(tb, `CREATE DATABASE `+name)
+	tb.Cleanup(func() { Admin(tb, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`) })
 	u, err := url.Parse(server)
 	if err != nil {
 		tb.Fatalf("%s: %v", Env, err)
@@ -49,9 +49,11 @@ func URL(tb testing.TB) string {
 	return u.String()
 }
 
-// admin runs one statement on the server's own database.
-func admin(tb testing.TB, server, stmt string) {
+// Admin runs one statement on the test server's own database, as its
+// operator would: ALTER DATABASE, pg_terminate_backend.
+func Admin(tb testing.TB, stmt string) {
 	tb.Helper()
+	server := Server(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, server)
