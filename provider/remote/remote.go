@@ -58,10 +58,13 @@ func (c *Client) Charge(ctx context.Context, req payment.ChargeRequest) (payment
 		return payment.Charge{}, fmt.Errorf("remote: charge: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	// With this header net/http may resend the request once if a reused
-	// connection breaks before any response; the provider dedupes on the key,
-	// so that is safe.
 	hreq.Header.Set("Idempotency-Key", req.IdempotencyKey)
+	// With that header net/http would resend the request by itself when a
+	// reused connection breaks before any response: a second charge call
+	// oncepay never decided on, which only the provider's dedupe would
+	// absorb. Without GetBody it does not; the broken call is an unknown
+	// outcome, and the client's retry asks the provider first.
+	hreq.GetBody = nil
 	status, b, err := c.do(hreq)
 	if err != nil {
 		return payment.Charge{}, fmt.Errorf("remote: charge: %w", err)

@@ -193,3 +193,26 @@ func TestKeyReusedIsDefinitive(t *testing.T) {
 		}
 	}
 }
+
+// A lost response on a reused connection is one charge call and an unknown
+// outcome: net/http does not resend the POST by itself, which a provider
+// without dedupe would charge twice. The retry decides, asking first.
+func TestLostResponseNotResent(t *testing.T) {
+	s, url := newSim(t, sim.Faults{NoDedupe: true})
+	c := remote.New(url, 5*time.Second)
+	ctx := context.Background()
+	if _, err := c.Charge(ctx, request("warm", "tok_visa")); err != nil { // leaves an idle connection to reuse
+		t.Fatal(err)
+	}
+	mustSetFaults(t, s, sim.Faults{NoDedupe: true, FailAfterCharge: 1})
+	if _, err := c.Charge(ctx, request("lost", "tok_visa")); err == nil {
+		t.Fatal("Charge with its response lost succeeded")
+	}
+	charges, err := s.Charges(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(charges) != 2 {
+		t.Errorf("ledger has %d charges, want 2: the lost one was charged again by a resend", len(charges))
+	}
+}
