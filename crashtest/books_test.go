@@ -2,6 +2,7 @@ package crashtest
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -12,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/pgstore"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -186,25 +189,66 @@ func readBooks(t *testing.T, dbPath, ledgerPath string) books {
 		b.charges[dk] = c
 		return err
 	})
+	const attempts = `SELECT scope, idempotency_key, status, coalesce(charge_id, ''), amount FROM payment_attempts`
+	add := func(a attempt) { b.attempts[payment.DownstreamKey(a.scope, a.key)] = a }
+	if pgstore.IsURL(dbPath) {
+		readPostgres(t, dbPath, attempts, func(rows pgx.Rows) error {
+			var a attempt
+			err := rows.Scan(&a.scope, &a.key, &a.status, &a.chargeID, &a.amount)
+			add(a)
+			return err
+		})
+		return b
+	}
 	db := openReadOnly(t, dbPath)
 	defer db.Close()
-	query(t, db, `SELECT scope, idempotency_key, status, coalesce(charge_id, ''), amount FROM payment_attempts`, func(rows *sql.Rows) error {
+	query(t, db, attempts, func(rows *sql.Rows) error {
 		var a attempt
 		err := rows.Scan(&a.scope, &a.key, &a.status, &a.chargeID, &a.amount)
-		b.attempts[payment.DownstreamKey(a.scope, a.key)] = a
+		add(a)
 		return err
 	})
 	return b
+}
+
+// readPostgres runs q on the PostgreSQL database at url and calls scan for
+// every row.
+func readPostgres(t *testing.T, url, q string, scan func(pgx.Rows) error) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkBooks reads the books after every crash has been recovered from and
 // fails the test unless they agree: nothing in progress; every ledger charge
 // has exactly one succeeded attempt with its charge id and amount; no
 // attempt claims a charge the ledger lacks or marks a charged payment failed;
-// no key charged twice; both files pass PRAGMA integrity_check.
+// no key charged twice; both files pass PRAGMA integrity_check (the ledger
+// alone when oncepay's database is PostgreSQL).
 func checkBooks(t *testing.T, dbPath, ledgerPath string) books {
 	t.Helper()
-	checkIntegrity(t, dbPath, ledgerPath)
+	if pgstore.IsURL(dbPath) {
+		checkIntegrity(t, ledgerPath)
+	} else {
+		checkIntegrity(t, dbPath, ledgerPath)
+	}
 	ledger := openReadOnly(t, ledgerPath)
 	query(t, ledger, `SELECT idempotency_key, count(*) FROM sim_charges GROUP BY idempotency_key HAVING count(*) > 1`, func(rows *sql.Rows) error {
 		var dk string

@@ -214,7 +214,7 @@ func TestRandomKillsUnderLoad(t *testing.T) {
 				default:
 				}
 				in := newIntent(fmt.Sprintf("client%d-intent%d", i, n), 100+rand.IntN(10000), "tok_visa")
-				r := payUntilFinal(ctx, t, c, base, m, in, deadline)
+				r := payUntilFinal(ctx, t, c, func() string { return base }, m, in, deadline)
 				mu.Lock()
 				intents = append(intents, in)
 				tries.add(r)
@@ -261,15 +261,15 @@ func (r *retries) add(o retries) {
 
 // payUntilFinal pays in, retrying with its key, as README tells a client
 // to: on no answer, 409 in progress and 503; until a final answer, the
-// deadline, or the end of ctx. It runs on a client's goroutine, so it
-// reports with Errorf.
-func payUntilFinal(ctx context.Context, t *testing.T, c *http.Client, base string, m merchant, in *intent, deadline time.Time) retries {
+// deadline, or the end of ctx. Each try goes to the server base returns.
+// It runs on a client's goroutine, so it reports with Errorf.
+func payUntilFinal(ctx context.Context, t *testing.T, c *http.Client, base func() string, m merchant, in *intent, deadline time.Time) retries {
 	var n retries
 	for time.Now().Before(deadline) {
 		if ctx.Err() != nil {
 			return n
 		}
-		r, err := pay(c, base, m, in)
+		r, err := pay(c, base(), m, in)
 		switch {
 		case err != nil:
 			n.NoAnswer++
