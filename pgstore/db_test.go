@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"errors"
+	neturl "net/url"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -14,11 +16,19 @@ import (
 	"github.com/oncepay/oncepay/payment"
 )
 
-// mustOpen opens a store on a new database of the test server.
-func mustOpen(tb testing.TB, params string) (*DB, string) {
+// mustOpen opens a store on a new database of the test server with a pool
+// of at most maxConns connections.
+func mustOpen(tb testing.TB, maxConns int) (*DB, string) {
 	tb.Helper()
 	url := pgtest.URL(tb)
-	db, err := Open(context.Background(), url+params)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(maxConns))
+	u.RawQuery = q.Encode()
+	db, err := Open(context.Background(), u.String())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -31,7 +41,7 @@ func mustOpen(tb testing.TB, params string) (*DB, string) {
 // waits for; the pool has a connection for each racer.
 func TestContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		db, url := mustOpen(t, "?pool_max_conns=32")
+		db, url := mustOpen(t, storetest.Races+8)
 		return storetest.Harness{
 			Store:       db,
 			HoldWrites:  func(t *testing.T) func() { return holdWrites(t, url) },
@@ -114,7 +124,7 @@ func TestOpenConcurrently(t *testing.T) {
 // an internal error; a statement the server refuses for a bug is not.
 func TestErrorsMapToUnavailable(t *testing.T) {
 	ctx := context.Background()
-	db, url := mustOpen(t, "?pool_max_conns=1")
+	db, url := mustOpen(t, 1)
 	if _, err := db.Attempt(ctx, "s", "k"); payment.ErrorCode(err) != payment.ENOTFOUND {
 		t.Fatalf("Attempt: %v", err)
 	}
