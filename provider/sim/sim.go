@@ -57,6 +57,7 @@ type Sim struct {
 	byKeyQ *sql.Stmt
 	faults atomic.Pointer[Faults]
 	calls  callLog
+	outbox atomic.Pointer[outbox] // nil: no webhooks configured
 }
 
 var _ payment.Provider = (*Sim)(nil)
@@ -153,6 +154,9 @@ func createLedger(db *sql.DB) error {
 
 // Close closes the ledger.
 func (s *Sim) Close() error {
+	if o := s.outbox.Load(); o != nil {
+		o.close()
+	}
 	if s.writer != nil {
 		s.writer.Close()
 	}
@@ -183,6 +187,7 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 				return payment.Charge{}, ErrKeyMismatch
 			}
 		}
+		s.emit(req, payment.Charge{}, d)
 		return payment.Charge{}, d
 	}
 
@@ -214,6 +219,8 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 		if stored != hash {
 			return payment.Charge{}, ErrKeyMismatch
 		}
+	} else {
+		s.emit(req, c, nil) // a new charge; a replayed one was told already
 	}
 	if roll(f.FailAfterCharge) {
 		return payment.Charge{}, ErrLostResponse
