@@ -42,6 +42,13 @@ type Event struct {
 	DeclineReason string `json:"decline_reason,omitempty"` // EventFailed, meant for the customer
 }
 
+// Problem types of the webhook endpoint.
+const (
+	ProblemInvalidWebhook  = "/problems/invalid-webhook"   // 400: not signed by the provider; nothing stored
+	ProblemEventInProgress = "/problems/event-in-progress" // 503: another copy is being applied
+	ProblemEventNotApplied = "/problems/event-not-applied" // 503: stored, its try failed; redeliver
+)
+
 // EventState is where an event stands in the inbox.
 type EventState string
 
