@@ -203,16 +203,24 @@ func TestSimWebhooksUnderFaultsMatchLedger(t *testing.T) {
 	wg.Wait()
 
 	ctx := context.Background()
-	var pending int
+	// Wait for the sim's deliveries to end: every attempt settled and every
+	// event final (a late copy may still be at work when the last attempt
+	// settles).
+	var pending, open int
 	for range 300 {
-		c := e.counts()
-		if pending = c[payment.InProgress]; pending == 0 {
+		pending, open = e.counts()[payment.InProgress], 0
+		for _, ev := range e.events() {
+			if !ev.State.Final() {
+				open++
+			}
+		}
+		if pending == 0 && open == 0 {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if pending != 0 {
-		t.Fatalf("%d attempts still in progress after the events", pending)
+	if pending != 0 || open != 0 {
+		t.Fatalf("%d attempts in progress, %d events not final after 15s of deliveries", pending, open)
 	}
 	ledger := e.ledger()
 	for i := range payments {
