@@ -60,3 +60,29 @@ CREATE TABLE IF NOT EXISTS settings (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+
+-- The inbox of provider events (webhooks), one row per (provider, event id):
+-- the INSERT OR IGNORE of this primary key is the dedupe of redeliveries,
+-- and state, fence and lease say who may apply the event, as for attempts.
+-- received -> processing -> processed | failed | ignored; failed is tried
+-- again (by a redelivery, the sweep or an operator) up to a bound.
+CREATE TABLE IF NOT EXISTS webhook_events (
+    provider         TEXT    NOT NULL,  -- "stripe", "sim"
+    event_id         TEXT    NOT NULL,  -- the provider's event id
+    type             TEXT    NOT NULL,  -- the provider's event type
+    event            BLOB    NOT NULL,  -- the verified event, as oncepay reads it (JSON)
+    payment_id       TEXT,              -- the attempt it names, if any
+    state            TEXT    NOT NULL CHECK (state IN ('received', 'processing', 'processed', 'failed', 'ignored')),
+    attempts         INTEGER NOT NULL,  -- processing tries begun
+    fence            INTEGER NOT NULL,  -- bumped by every try; guards its finish
+    lease_expires_at INTEGER,           -- set while processing
+    result           TEXT,              -- what applying it did
+    last_error       TEXT,
+    received_at      INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL,
+    PRIMARY KEY (provider, event_id)
+);
+
+-- The sweep finds stranded events, the admin page lists by state.
+CREATE INDEX IF NOT EXISTS webhook_events_state_updated
+    ON webhook_events (state, updated_at);

@@ -31,6 +31,8 @@ type config struct {
 	provider          string
 	stripeURL         string
 	stripeKey         string // only ever from STRIPE_SECRET_KEY, never a flag
+	stripeWebhookKey  string // only ever from STRIPE_WEBHOOK_SECRET, never a flag
+	simWebhookSecret  string
 	demo              bool
 	simDB             string
 	simFaults         sim.Faults
@@ -44,6 +46,7 @@ type config struct {
 	adminTokenFile    string
 	reconcileSchedule string
 	purgeSchedule     string
+	sweepSchedule     string
 	logLevel          slog.Level
 }
 
@@ -73,6 +76,8 @@ func (c *config) registerServe(fs *flag.FlagSet) {
 	c.registerRetention(fs)
 	fs.StringVar(&c.reconcileSchedule, "reconcile-schedule", "@every 1m", "cron schedule of reconcile (UTC), or off")
 	fs.StringVar(&c.purgeSchedule, "purge-schedule", "@every 10m", "cron schedule of purge (UTC), or off")
+	fs.StringVar(&c.sweepSchedule, "webhook-sweep-schedule", "@every 1m", "cron schedule of the webhook inbox sweep (UTC), which applies events a dead processor left, or off")
+	fs.StringVar(&c.simWebhookSecret, "sim-webhook-secret", "", `secret ("whsec_...") of POST /v1/webhooks/sim, the simulated provider's signed events; with --provider sim it also makes the in-process provider send them (demo makes one up)`)
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 }
 
@@ -86,6 +91,14 @@ func (c *config) validate() error {
 	}
 	if c.staleAfter < c.lease {
 		return fmt.Errorf("--stale-after (%s) must be at least --lease (%s)", c.staleAfter, c.lease)
+	}
+	if c.simWebhookSecret != "" {
+		if err := sim.CheckWebhookSecret(c.simWebhookSecret); err != nil {
+			return fmt.Errorf("--sim-webhook-secret: %w", err)
+		}
+	}
+	if c.stripeWebhookKey != "" && !strings.HasPrefix(c.stripeWebhookKey, "whsec_") {
+		return errors.New(`STRIPE_WEBHOOK_SECRET: want the endpoint's signing secret, "whsec_..."`)
 	}
 	if c.simDB == "" {
 		c.simDB = strings.TrimSuffix(c.db, ".db") + "-sim.db"
@@ -254,7 +267,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if demo {
 		name = "demo"
 	}
-	cfg := config{demo: demo, stripeKey: getenv("STRIPE_SECRET_KEY")}
+	cfg := config{demo: demo, stripeKey: getenv("STRIPE_SECRET_KEY"), stripeWebhookKey: getenv("STRIPE_WEBHOOK_SECRET")}
 	fs := newFlagSet(name, name+" [flags]", stderr)
 	cfg.registerServe(fs)
 	cfg.registerStore(fs)
@@ -262,6 +275,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	cfg.registerProvider(fs)
 	if _, err := parseFlags(fs, args, getenv); err != nil {
 		return err
+	}
+	if demo && cfg.simWebhookSecret == "" && cfg.provider == "sim" {
+		cfg.simWebhookSecret = sim.NewWebhookSecret() // the whole loop, with no setup
 	}
 	if err := cfg.validate(); err != nil {
 		return err
@@ -289,6 +305,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			log.Warn("SIMULATED PROVIDER: no real money moves. Set --provider for a real one.", "ledger", cfg.simDB)
 		}
 	}
+	inbox := payment.NewInbox(a.db, a.db, log, time.Now, cfg.lease)
+	inbox.Observe = m.WebhookEvent
+	srvCfg.Inbox, srvCfg.Webhooks, srvCfg.CountWebhook = inbox, cfg.webhooks(), m.WebhookEvent
 	rec, err := a.reconciler(&cfg)
 	if err != nil {
 		return err
@@ -313,12 +332,19 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	jobs, err := startJobs(ctx, log, &cfg, rec, pur)
+	jobs, err := startJobs(ctx, log, &cfg, rec, pur, inbox)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	url := "http://" + ln.Addr().String()
+	if a.sim != nil && cfg.simWebhookSecret != "" {
+		// The in-process provider signs its events and sends them here.
+		if err := a.sim.SetWebhook(sim.WebhookConfig{URL: url + "/v1/webhooks/sim", Secret: cfg.simWebhookSecret}); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	if demo {
 		fmt.Fprintf(stdout, "oncepay demo: %s (simulated provider, no API key needed)\nworkshop page: %s/demo\nadmin page: %s/admin\n", url, url, url)
 	}
@@ -326,6 +352,23 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	err = serveHTTP(ctx, ln, server.New(srvCfg), cfg.providerTimeout, log)
 	<-jobs.Stop().Done() // then the deferred Close: the database goes last
 	return err
+}
+
+// webhooks are the verifiers of the webhook endpoints configured: each
+// provider's only with its secret.
+func (c *config) webhooks() map[string]server.WebhookVerifier {
+	v := map[string]server.WebhookVerifier{}
+	if key := c.stripeWebhookKey; key != "" {
+		v["stripe"] = func(h http.Header, body []byte) (payment.Event, error) {
+			return stripe.VerifyWebhook(key, h.Get("Stripe-Signature"), body)
+		}
+	}
+	if secret := c.simWebhookSecret; secret != "" {
+		v["sim"] = func(h http.Header, body []byte) (payment.Event, error) {
+			return sim.VerifyWebhook(secret, h, body, time.Now())
+		}
+	}
+	return v
 }
 
 func openSim(path string, faults sim.Faults) (*sim.Sim, error) {

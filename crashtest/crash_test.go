@@ -9,6 +9,8 @@
 //	                     after-charge  the provider charged, nothing recorded yet
 //	                     in-record     the record's UPDATE ran, its transaction not committed
 //	                     after-record  the record is committed, the client not yet answered
+//	                     in-event      a provider event is stored and begun, not yet applied
+//	                     after-apply   the event settled its attempt, the event not yet finished
 //	ONCEPAY_CRASH_PROB   chance (0..1, default 1) that one pass through the point kills
 //
 // A normal build (no tag) compiles Hit to nothing and ignores the variables.

@@ -7,6 +7,7 @@ import "time"
 // The soak run: go test -tags soak -timeout 60m ./crashtest/
 const (
 	killsPerPoint = 500
+	webhookKills  = 200 // SIGKILLs at each webhook crash point, each followed by a redelivery
 	randomKills   = 60
 	busyFor       = 10 * time.Minute
 )

@@ -24,6 +24,7 @@ type Metrics struct {
 	provider  *prometheus.HistogramVec
 	reconcile *prometheus.CounterVec
 	purged    prometheus.Counter
+	webhooks  *prometheus.CounterVec
 }
 
 // New registers oncepay's metrics and the Go runtime and process collectors.
@@ -47,11 +48,15 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 			Name: "oncepay_purge_deleted_total",
 			Help: "Final attempts deleted by purge after the retention.",
 		}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_webhook_events_total",
+			Help: "Provider event deliveries and tries by provider, event type (empty if unverified) and outcome: processed, ignored, failed, duplicate, busy, error, invalid, too_large.",
+		}, []string{"provider", "type", "outcome"}),
 	}
 	for _, o := range []string{"succeeded", "failed", "unknown"} {
 		m.reconcile.WithLabelValues(o) // present at zero from the start
 	}
-	m.registry.MustRegister(m.requests, m.provider, m.reconcile, m.purged,
+	m.registry.MustRegister(m.requests, m.provider, m.reconcile, m.purged, m.webhooks,
 		&inProgressCollector{fn: inProgress, now: now},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -76,6 +81,11 @@ func (m *Metrics) Reconciled(r payment.ReconcileResult) {
 	m.reconcile.WithLabelValues("succeeded").Add(float64(r.Succeeded))
 	m.reconcile.WithLabelValues("failed").Add(float64(r.Failed))
 	m.reconcile.WithLabelValues("unknown").Add(float64(r.Unknown))
+}
+
+// WebhookEvent counts one delivery or try of a provider event.
+func (m *Metrics) WebhookEvent(provider, eventType, outcome string) {
+	m.webhooks.WithLabelValues(provider, eventType, outcome).Inc()
 }
 
 // Purged counts what one purge run deleted.

@@ -36,6 +36,7 @@ const adminPageSize = 50
 var adminTemplates = map[string]*template.Template{
 	"attempts": template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempts.html")),
 	"attempt":  template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempt.html")),
+	"events":   template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/events.html")),
 }
 
 // adminAuth lets through only requests with the admin credential, as HTTP

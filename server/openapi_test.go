@@ -154,6 +154,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		unknownID = a.ID
 	}
 
+	wh := webhookAnswers(t, e, scope)
 	tests := []struct {
 		name         string
 		method, path string
@@ -198,6 +199,14 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"sim set faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0}`), "Authorization", "Bearer spec-admin"), 200, ""},
 		{"sim set faults cross-origin", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{}`), "Authorization", "Bearer spec-admin", "Origin", "https://evil.example", "Content-Type", "text/plain"), 403, payment.ProblemCrossOrigin},
 		{"admin reconcile cross-origin", "POST", "/admin/reconcile", e.do("POST", "/admin/reconcile", nil, "Authorization", "Bearer spec-admin", "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"), 403, payment.ProblemCrossOrigin},
+		{"webhook processed", "POST", "/v1/webhooks/sim", wh.processed, 200, ""},
+		{"webhook not verified", "POST", "/v1/webhooks/sim", wh.invalid, 400, payment.ProblemInvalidWebhook},
+		{"webhook too large", "POST", "/v1/webhooks/sim", wh.tooLarge, 413, payment.ProblemTooLarge},
+		{"webhook of a provider not configured", "POST", "/v1/webhooks/stripe", wh.unknown, 404, payment.ProblemNotFound},
+		{"webhook in progress", "POST", "/v1/webhooks/sim", wh.busy, 503, payment.ProblemEventInProgress},
+		{"webhook not applied", "POST", "/v1/webhooks/sim", wh.failed, 503, payment.ProblemEventNotApplied},
+		{"admin events", "GET", "/admin/events", admin("/admin/events?state=failed"), 200, ""},
+		{"admin events bad filter", "GET", "/admin/events", admin("/admin/events?state=nope"), 400, payment.ProblemInvalidRequest},
 		{"sim bad faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":2,"fail_after_charge":0,"fail_lookup":0}`), "Authorization", "Bearer spec-admin"), 400, payment.ProblemInvalidRequest},
 	}
 	seen := map[string]bool{}
@@ -256,6 +265,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		payment.ProblemInProgress, payment.ProblemDeclined, payment.ProblemNotCompleted,
 		payment.ProblemOutcomeUnknown, payment.ProblemUnavailable, payment.ProblemTooLarge,
 		payment.ProblemUnsupportedMedia, payment.ProblemUnsupportedEncoding, payment.ProblemCrossOrigin, payment.ProblemTooManyRequests, payment.ProblemInternal,
+		payment.ProblemInvalidWebhook, payment.ProblemEventInProgress, payment.ProblemEventNotApplied,
 	}
 	var specTypes []string
 	for _, v := range s.doc.Components.Schemas["ProblemType"].Value.Enum {

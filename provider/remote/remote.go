@@ -52,6 +52,7 @@ func (c *Client) Charge(ctx context.Context, req payment.ChargeRequest) (payment
 		"currency":    req.Currency,
 		"source":      req.Source,
 		"description": req.Description,
+		"payment_id":  req.PaymentID, // carried in the sim's events
 	})
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+"/v1/charges", bytes.NewReader(body))
 	if err != nil {

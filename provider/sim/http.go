@@ -21,7 +21,7 @@ const maxBody = 64 << 10
 //	GET  /sim/calls                    {"data":[{"idempotency_key","charges","lookups"}, ...]}, by key
 //	GET  /sim/faults                   the Faults JSON
 //	PUT  /sim/faults                   the full Faults JSON; 400 problem if invalid
-//	POST /v1/charges                   Idempotency-Key header, {"amount","currency","source","description"}
+//	POST /v1/charges                   Idempotency-Key header, {"amount","currency","source","description"[,"payment_id"]}
 //	GET  /v1/charges?idempotency_key=K the charge, or 404
 //
 // Provider API errors are {"error":{"type","code","message"}}: 402 a decline,
@@ -83,6 +83,7 @@ func (s *Sim) handleCharge(w http.ResponseWriter, r *http.Request) {
 		Currency    string `json:"currency"`
 		Source      string `json:"source"`
 		Description string `json:"description"`
+		PaymentID   string `json:"payment_id"` // optional: the caller's name of the payment, carried in events
 	}
 	if err := decode(w, r, &body); err != nil {
 		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
@@ -94,6 +95,7 @@ func (s *Sim) handleCharge(w http.ResponseWriter, r *http.Request) {
 		Currency:       body.Currency,
 		Source:         body.Source,
 		Description:    body.Description,
+		PaymentID:      body.PaymentID,
 	})
 	var d *payment.DeclineError
 	switch {

@@ -277,14 +277,7 @@ func (c *Client) classify(op string, err error) error {
 	case status == http.StatusConflict || status == http.StatusTooManyRequests || status >= 500:
 		return fmt.Errorf("stripe: %s: status %d (%s %s): outcome unknown", op, status, se.Type, se.Code)
 	case se.Type == stripe.ErrorTypeCard:
-		code := string(se.DeclineCode)
-		if code == "" {
-			code = string(se.Code)
-		}
-		if code == "" {
-			code = "card_declined"
-		}
-		return &payment.DeclineError{Code: code, Message: strings.ReplaceAll(se.Msg, c.key, "[redacted]")}
+		return &payment.DeclineError{Code: declineCode(se), Message: strings.ReplaceAll(se.Msg, c.key, "[redacted]")}
 	case se.Type == stripe.ErrorTypeIdempotency:
 		return fmt.Errorf("stripe: %s: %w", op, payment.ErrProviderKeyReused)
 	case se.Type == stripe.ErrorTypeInvalidRequest && (status == http.StatusBadRequest || status == http.StatusNotFound):
