@@ -52,7 +52,8 @@
  * | provider-dedupe  | sim.(*Sim).Charge               | c, stored, err = s.byKey(ctx, req.IdempotencyKey)   |
  * | provider-lookup  | sim.(*Sim).Lookup               | s.byKey(ctx, key)                                   |
  *
- * Properties (the ltl blocks at the end; -N picks one):
+ * Properties (the ltl blocks at the end; -N picks one; safe is the first
+ * three at once):
  *   one_charge        at most one charge per key at the provider.
  *   answers_match     every final answer, and the row, names what the provider
  *                     holds: succeeded names a charge in the ledger, failed
@@ -486,17 +487,20 @@ init {
 	}
 }
 
-ltl one_charge { [] (ncharges <= 1) }
+#define ONE_CHARGE (ncharges <= 1)
+#define ANSWERS_MATCH \
+	(!told_conflict \
+	 && (!told_fail || ncharges == 0) \
+	 && (told_ch == 0 || (told_ch <= ncharges && told_ch == rec_charge)) \
+	 && (st != FAIL || ncharges == 0) \
+	 && (st != SUCC || (rec_charge >= 1 && rec_charge <= ncharges)))
+#define NO_STALE_WRITE (!stale_write)
 
-ltl answers_match {
-	[] (!told_conflict
-	    && (!told_fail || ncharges == 0)
-	    && (told_ch == 0 || (told_ch <= ncharges && told_ch == rec_charge))
-	    && (st != FAIL || ncharges == 0)
-	    && (st != SUCC || (rec_charge >= 1 && rec_charge <= ncharges)))
-}
-
-ltl no_stale_write { [] !stale_write }
+ltl one_charge { [] ONE_CHARGE }
+ltl answers_match { [] ANSWERS_MATCH }
+ltl no_stale_write { [] NO_STALE_WRITE }
+/* the three at once: one search for the correct model */
+ltl safe { [] (ONE_CHARGE && ANSWERS_MATCH && NO_STALE_WRITE) }
 
 ltl settles { [] (st == INPROG -> <> (st == SUCC || st == FAIL)) }
 
