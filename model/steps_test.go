@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -129,6 +130,7 @@ func modelTags(body string) map[string]bool {
 type goSource struct {
 	root string
 	pkgs map[string][]goFile // by package name, loaded once
+	dirs map[string][]string // the directories of each package name
 	err  error
 }
 
@@ -144,8 +146,7 @@ func (g *goSource) load() error {
 	if g.pkgs != nil || g.err != nil {
 		return g.err
 	}
-	g.pkgs = map[string][]goFile{}
-	dirs := map[string]string{} // package name -> its directory
+	g.pkgs, g.dirs = map[string][]goFile{}, map[string][]string{}
 	g.err = filepath.WalkDir(g.root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -169,10 +170,9 @@ func (g *goSource) load() error {
 			return err
 		}
 		name, dir := f.Name.Name, filepath.Dir(path)
-		if other, ok := dirs[name]; ok && other != dir {
-			return fmt.Errorf("package name %s is in both %s and %s: the table cannot tell them apart", name, other, dir)
+		if !slices.Contains(g.dirs[name], dir) {
+			g.dirs[name] = append(g.dirs[name], dir)
 		}
-		dirs[name] = dir
 		g.pkgs[name] = append(g.pkgs[name], goFile{fset, f, src})
 		return nil
 	})
@@ -196,6 +196,9 @@ func (g *goSource) check(ref, needle string) error {
 	files, ok := g.pkgs[pkg]
 	if !ok {
 		return fmt.Errorf("no package %s in the module", pkg)
+	}
+	if dirs := g.dirs[pkg]; len(dirs) > 1 {
+		return fmt.Errorf("package name %s is in %s: the table cannot tell them apart", pkg, strings.Join(dirs, " and "))
 	}
 	text, found := "", false
 	for _, f := range files {
