@@ -4,12 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The browser tests drive Debian's Chromium; install it when it is missing.
-if ! command -v chromium >/dev/null 2>&1; then
+# The browser tests drive Debian's Chromium and the model check runs spin;
+# install whichever is missing, with one apt-get update.
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v spin >/dev/null 2>&1 || missing+=(spin)
+if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 # The Stripe provider's tests run against stripe-mock; install it when it is missing.
