@@ -34,7 +34,7 @@
  * | takeover         | sqlitestore.takeOverSQL         | (lease_expires_at IS NULL OR lease_expires_at <= ?) |
  * | downstream-key   | payment.(*Service).charge       | dk := DownstreamKey(a.Scope, a.Key)                 |
  * | downstream-key   | payment.DownstreamKey           | h.Write([]byte(key))                                |
- * | lookup-first     | payment.(*Service).charge       | c, found, err = s.lookup(pctx, dk)                  |
+ * | lookup-first     | payment.(*Service).charge       | s.lookup(pctx, LookupRequest{IdempotencyKey: dk     |
  * | charge           | payment.(*Service).charge       | c, err = s.providerCharge(pctx, ChargeRequest{      |
  * | charge           | payment.(*Service).charge       | IdempotencyKey: dk                                  |
  * | release          | payment.(*Service).charge       | s.Store.Release(ctx, a.Scope, a.Key, a.Fence        |
@@ -45,12 +45,12 @@
  * | settled          | payment.(*Service).settled      | if cur.Status == InProgress {                       |
  * | reconcile-stale  | payment.(*Reconciler).RunOnce   | r.Store.Stale(ctx, now.Add(-r.StaleAfter), now      |
  * | reconcile-take   | payment.(*Reconciler).settle    | r.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence       |
- * | reconcile-lookup | payment.(*Reconciler).settle    | r.lookup(pctx, DownstreamKey(a.Scope, a.Key))       |
+ * | reconcile-lookup | payment.(*Reconciler).settle    | IdempotencyKey: DownstreamKey(a.Scope, a.Key)       |
  * | reconcile-keep   | payment.(*Reconciler).settle    | r.Store.Release(ctx, a.Scope, a.Key, a.Fence        |
  * | reconcile-record | payment.(*Reconciler).settle    | o := NotCompletedOutcome(a)                         |
  * | reconcile-record | payment.(*Reconciler).settle    | r.Store.Record(ctx, a.Scope, a.Key, a.Fence, o      |
  * | provider-dedupe  | sim.(*Sim).Charge               | c, stored, err = s.byKey(ctx, req.IdempotencyKey)   |
- * | provider-lookup  | sim.(*Sim).Lookup               | s.byKey(ctx, key)                                   |
+ * | provider-lookup  | sim.(*Sim).Lookup               | s.byKey(ctx, req.IdempotencyKey)                    |
  *
  * Properties (the ltl blocks at the end; -N picks one; safe is the first
  * three at once):
