@@ -10,7 +10,7 @@ import (
 // answer was lost and the client never retried. The provider is the source
 // of truth; nothing is guessed.
 type Reconciler struct {
-	*Service
+	Service *Service
 	// StaleAfter is how old an in-progress attempt must be before reconcile
 	// touches it. Far longer than a provider call, so a request whose call
 	// timed out on our side has surely landed or died at the provider.
@@ -38,8 +38,8 @@ func (r ReconcileResult) String() string {
 // RunOnce settles the stale attempts there are now.
 func (r *Reconciler) RunOnce(ctx context.Context) (res ReconcileResult, err error) {
 	defer func() { r.observe(res) }()
-	now := r.Now()
-	stale, err := r.Store.Stale(ctx, now.Add(-r.StaleAfter), now, r.Limit)
+	now := r.Service.Now()
+	stale, err := r.Service.Store.Stale(ctx, now.Add(-r.StaleAfter), now, r.Limit)
 	if err != nil {
 		return res, err
 	}
@@ -58,11 +58,11 @@ func (r *Reconciler) RunOnce(ctx context.Context) (res ReconcileResult, err erro
 // the admin page's button does. It
 // returns the attempt as it stands afterwards.
 func (r *Reconciler) ReconcileOne(ctx context.Context, scope, key string) (*Attempt, error) {
-	a, err := r.Store.Attempt(ctx, scope, key)
+	a, err := r.Service.Store.Attempt(ctx, scope, key)
 	if err != nil {
 		return nil, err
 	}
-	now := r.Now()
+	now := r.Service.Now()
 	if !a.Stale(now, r.StaleAfter) {
 		return nil, Errorf(EINVALID, "Only an attempt in progress, untouched for %s and with no live lease, can be reconciled.", r.StaleAfter)
 	}
@@ -73,7 +73,7 @@ func (r *Reconciler) ReconcileOne(ctx context.Context, scope, key string) (*Atte
 	res := ReconcileResult{Checked: 1}
 	res.count(st)
 	r.observe(res)
-	return r.Store.Attempt(ctx, scope, key)
+	return r.Service.Store.Attempt(ctx, scope, key)
 }
 
 func (r *Reconciler) observe(res ReconcileResult) {
@@ -96,37 +96,9 @@ func (res *ReconcileResult) count(st Status) {
 	}
 }
 
-// settle takes a over, asks the provider by key and records what it says.
-// It returns the status it left: "" if it could not take a over.
+// settle settles one stale attempt, whatever its kind (Service.settle).
 func (r *Reconciler) settle(ctx context.Context, a Attempt) (Status, error) {
-	now := r.Now()
-	fence, ok, err := r.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence, now, now.Add(r.Lease))
-	if err != nil || !ok {
-		return "", err
-	}
-	a.Fence = fence
-	pctx, cancel := context.WithTimeout(ctx, r.ProviderTimeout)
-	c, found, err := r.lookup(pctx, LookupRequest{IdempotencyKey: DownstreamKey(a.Scope, a.Key), CreatedAt: a.CreatedAt})
-	cancel()
-	if err != nil {
-		r.Log.Warn("reconcile: provider lookup failed; left for the next run", "payment_id", a.ID, "err", err)
-		// Reconcile moved no money: the attempt keeps its old update time, so
-		// it is as stale as before and the next run tries again.
-		return InProgress, r.Store.Release(ctx, a.Scope, a.Key, a.Fence, a.UpdatedAt)
-	}
-	o := NotCompletedOutcome(a)
-	switch {
-	case found && !c.matches(a):
-		o = providerKeyReusedOutcome(a)
-	case found:
-		o = SucceededOutcome(a, c)
-	}
-	ok, err = r.Store.Record(ctx, a.Scope, a.Key, a.Fence, o, r.Now())
-	if err != nil || !ok {
-		return "", err
-	}
-	r.Log.Info("reconcile: settled", "payment_id", a.ID, "status", o.Status, "charge_id", o.ChargeID)
-	return o.Status, nil
+	return r.Service.settle(ctx, a)
 }
 
 // Purger deletes final attempts older than the retention, in batches, so

@@ -45,10 +45,8 @@ func (f *fixture) abandon(t *testing.T, key string, charged bool) *payment.Attem
 	t.Helper()
 	req := payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}
 	now := f.clock.Now()
-	a := &payment.Attempt{Scope: "demo", Key: key, ID: payment.NewPaymentID(), Request: req.Canonical(),
-		RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR", Status: payment.InProgress, Fence: 1,
-		LeaseExpiresAt: now.Add(f.Service.Lease), CreatedAt: now, UpdatedAt: now}
-	if ok, err := f.DB.Claim(context.Background(), a); !ok || err != nil {
+	a := payment.NewAttempt("demo", key, req, now, f.Service.Lease)
+	if ok, err := f.DB.Claim(context.Background(), &a); !ok || err != nil {
 		t.Fatalf("Claim = %v, %v", ok, err)
 	}
 	if charged {
@@ -57,7 +55,7 @@ func (f *fixture) abandon(t *testing.T, key string, charged bool) *payment.Attem
 			t.Fatal(err)
 		}
 	}
-	return a
+	return &a
 }
 
 func (f *fixture) attempt(t *testing.T, key string) *payment.Attempt {

@@ -21,12 +21,22 @@ const (
 	Failed Status = "failed"
 )
 
-// Attempt is the row an idempotency key claims: one payment intent of one
-// merchant (scope), and the response every retry of it gets.
+// Kind names an operation that moves money under a client's key. Every kind
+// goes through the same claim, provider call, record, replay, takeover and
+// reconcile (once.go); what differs is an operation (see operation).
+type Kind string
+
+const KindPayment Kind = "payment"
+
+// Attempt is the row an idempotency key claims: one operation (a payment or
+// a refund) of one merchant (scope), and the response every retry of it
+// gets. It is the key's record, purged after the retention; the payment or
+// refund it made outlives it (Payment, Refund).
 type Attempt struct {
 	Scope          string
 	Key            string
-	ID             string // public payment id, "pay_..."
+	Kind           Kind
+	ID             string // public id of what it makes: "pay_..." or "re_..."
 	RequestHash    []byte // SHA-256 of Request
 	Request        []byte // canonical JSON of the validated request
 	Amount         int64
@@ -40,6 +50,28 @@ type Attempt struct {
 	FailureCode    string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+}
+
+// NewAttempt returns the attempt a new payment request claims under (scope,
+// key) at now: in progress under fence 1, its owner's lease running for
+// lease. req must be valid (ParseRequest).
+func NewAttempt(scope, key string, req Request, now time.Time, lease time.Duration) Attempt {
+	return newAttempt(KindPayment, scope, key, NewPaymentID(), req.Canonical(), req.Amount, req.Currency, now, lease)
+}
+
+// newAttempt is the attempt of any kind a new claim inserts.
+func newAttempt(kind Kind, scope, key, id string, canonical []byte, amount int64, currency string, now time.Time, lease time.Duration) Attempt {
+	if scope == "" || !ValidKey(key) || lease < 0 {
+		panic("payment: NewAttempt needs a scope, a valid key and a lease of zero or more") // callers validate first
+	}
+	a := Attempt{
+		Scope: scope, Key: key, Kind: kind, ID: id,
+		Request: canonical, RequestHash: fingerprint(canonical),
+		Amount: amount, Currency: currency,
+		Status: InProgress, Fence: 1, LeaseExpiresAt: now.Add(lease),
+		CreatedAt: now, UpdatedAt: now,
+	}
+	return a
 }
 
 // LeaseLive reports whether an owner still holds the attempt at now.

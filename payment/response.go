@@ -39,32 +39,43 @@ type Problem struct {
 // finishes well within it.
 const RetryAfterSeconds = 1
 
+// errorClass is what one error code becomes: the problem a client sees and
+// the outcome metrics and logs count. The one table of that mapping.
+type errorClass struct {
+	typ, title string
+	status     int
+	outcome    string
+}
+
+var errorClasses = map[string]errorClass{
+	EINVALID:        {ProblemInvalidRequest, "Invalid request", 400, "bad_request"},
+	EKEY:            {ProblemInvalidKey, "Invalid Idempotency-Key", 400, "bad_request"},
+	EUNAUTHORIZED:   {ProblemUnauthorized, "Unauthorized", 401, "unauthorized"},
+	ENOTFOUND:       {ProblemNotFound, "Not found", 404, "not_found"},
+	EKEYREUSED:      {ProblemKeyReused, "Idempotency-Key reused", 409, "key_reused"},
+	EINPROGRESS:     {ProblemInProgress, "Request in progress", 409, "in_progress"},
+	EOUTCOMEUNKNOWN: {ProblemOutcomeUnknown, "Payment outcome unknown", 503, "outcome_unknown"},
+	EUNAVAILABLE:    {ProblemUnavailable, "Service unavailable", 503, "unavailable"},
+	EINTERNAL:       {ProblemInternal, "Internal error", 500, "internal"},
+}
+
+func classOf(err error) errorClass {
+	if c, ok := errorClasses[ErrorCode(err)]; ok {
+		return c
+	}
+	return errorClasses[EINTERNAL]
+}
+
 // ProblemOf maps an error to the problem a client sees. Internal errors get
 // a bare 500 whose detail never carries their text.
 func ProblemOf(err error) Problem {
-	p := Problem{Detail: ErrorMessage(err)}
-	switch ErrorCode(err) {
-	case EINVALID:
-		p.Type, p.Title, p.Status = ProblemInvalidRequest, "Invalid request", 400
-	case EKEY:
-		p.Type, p.Title, p.Status = ProblemInvalidKey, "Invalid Idempotency-Key", 400
-	case EUNAUTHORIZED:
-		p.Type, p.Title, p.Status = ProblemUnauthorized, "Unauthorized", 401
-	case ENOTFOUND:
-		p.Type, p.Title, p.Status = ProblemNotFound, "Not found", 404
-	case EKEYREUSED:
-		p.Type, p.Title, p.Status = ProblemKeyReused, "Idempotency-Key reused", 409
-	case EINPROGRESS:
-		p.Type, p.Title, p.Status = ProblemInProgress, "Request in progress", 409
-	case EOUTCOMEUNKNOWN:
-		p.Type, p.Title, p.Status = ProblemOutcomeUnknown, "Payment outcome unknown", 503
-	case EUNAVAILABLE:
-		p.Type, p.Title, p.Status = ProblemUnavailable, "Service unavailable", 503
-	default:
-		p.Type, p.Title, p.Status = ProblemInternal, "Internal error", 500
-	}
-	return p
+	c := classOf(err)
+	return Problem{Type: c.typ, Title: c.title, Status: c.status, Detail: ErrorMessage(err)}
 }
+
+// OutcomeOf names the outcome of a request answered with err, for metrics
+// and the request log.
+func OutcomeOf(err error) string { return classOf(err).outcome }
 
 // Retryable reports whether the client should retry the same request after
 // Retry-After: the first request still runs, or the outcome is not known yet.

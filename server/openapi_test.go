@@ -261,9 +261,7 @@ func notCompleted(t *testing.T, e *env, scope, key string, headers []string) res
 		t.Fatal(err)
 	}
 	past := time.Now().Add(-time.Hour)
-	a := payment.Attempt{Scope: scope, Key: key, ID: payment.NewPaymentID(),
-		Request: req.Canonical(), RequestHash: req.Fingerprint(), Amount: req.Amount, Currency: req.Currency,
-		Status: payment.InProgress, Fence: 1, CreatedAt: past, UpdatedAt: past}
+	a := payment.NewAttempt(scope, key, req, past, 0)
 	if ok, err := e.DB.Claim(ctx, &a); !ok || err != nil {
 		t.Fatalf("Claim = %v, %v", ok, err)
 	}
