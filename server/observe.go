@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"net/http"
 	"time"
-
-	"github.com/oncepay/oncepay/payment"
 )
 
 // requestInfo is what a handler learns that the request log line reports.
@@ -77,27 +75,6 @@ func (s *server) observe(next http.Handler) http.Handler {
 			"merchant", info.scope, "key_hash", info.keyHash, "outcome", info.outcome,
 			"duration_ms", float64(time.Since(start).Microseconds())/1000)
 	})
-}
-
-// outcomeOfError names the outcome of a request answered with err.
-func outcomeOfError(err error) string {
-	switch payment.ErrorCode(err) {
-	case payment.EINVALID, payment.EKEY:
-		return "bad_request"
-	case payment.EUNAUTHORIZED:
-		return "unauthorized"
-	case payment.ENOTFOUND:
-		return "not_found"
-	case payment.EKEYREUSED:
-		return "key_reused"
-	case payment.EINPROGRESS:
-		return "in_progress"
-	case payment.EOUTCOMEUNKNOWN:
-		return "outcome_unknown"
-	case payment.EUNAVAILABLE:
-		return "unavailable"
-	}
-	return "internal"
 }
 
 // outcomeOfStatus names the outcome of a request no handler named.

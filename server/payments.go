@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gorilla/mux"
+	"github.com/oncepay/oncepay/internal/httpjson"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -112,7 +113,7 @@ func (s *server) handleCreatePayment(w http.ResponseWriter, r *http.Request) {
 // isJSON accepts application/json, with no charset or UTF-8.
 func isJSON(contentType string) bool {
 	mt, params, err := mime.ParseMediaType(contentType)
-	if err != nil || mt != contentTypeJSON {
+	if err != nil || mt != httpjson.ContentTypeJSON {
 		return false
 	}
 	cs, ok := params["charset"]

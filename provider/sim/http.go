@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/oncepay/oncepay/internal/httpjson"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -162,16 +163,10 @@ type problem struct {
 }
 
 func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(problem{Type: typ, Title: title, Status: status, Detail: detail}) // fails only if the client left
+	httpjson.Problem(w, status, problem{Type: typ, Title: title, Status: status, Detail: detail})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v) // fails only if the client left
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.JSON(w, status, v) }
 
 // decode reads one JSON value from a bounded body, rejecting unknown fields
 // the way a provider rejects unknown parameters.
