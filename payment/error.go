@@ -16,15 +16,20 @@ const (
 	EINPROGRESS     = "in_progress"     // the first request with this key still runs
 	EOUTCOMEUNKNOWN = "outcome_unknown" // the provider's answer was lost; retry with the same key
 	EUNAVAILABLE    = "unavailable"     // the database is busy or full
+	EKEYEXPIRED     = "key_expired"     // the key's record was purged; its payment is still known
+	ENOTREFUNDABLE  = "not_refundable"  // the payment did not succeed
+	EREFUNDEXCEEDS  = "refund_exceeds"  // more than what is left to refund
 	EINTERNAL       = "internal"
 )
 
 // Error is a domain error with a code the HTTP layer maps and a message safe
 // to show the client.
 type Error struct {
-	Code    string
-	Message string
-	Err     error // the cause, for logs only
+	Code      string
+	Message   string
+	PaymentID string // the payment the error is about, shown to the client
+	RefundID  string // the refund the error is about, shown to the client
+	Err       error  // the cause, for logs only
 }
 
 func (e *Error) Error() string {
@@ -58,4 +63,11 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "Internal error."
+}
+
+// Of returns err's *Error, if it is one.
+func Of(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
 }

@@ -29,6 +29,9 @@ type operation interface {
 
 // operation returns the operation of kind k.
 func (s *Service) operation(k Kind) operation {
+	if k == KindRefund {
+		return refunds{s}
+	}
 	return payments{s}
 }
 
@@ -61,7 +64,7 @@ func (s *Service) once(ctx context.Context, a Attempt) (Result, error) {
 func (s *Service) duplicate(ctx context.Context, cur *Attempt, hash []byte) (Result, error) {
 	switch {
 	case string(cur.RequestHash) != string(hash):
-		return Result{}, Errorf(EKEYREUSED, "This Idempotency-Key was already used with a different request. Use a new key for a new operation.")
+		return Result{}, Errorf(EKEYREUSED, "This Idempotency-Key was already used with a different request. Use a new key for a new %s.", cur.Kind)
 	case cur.Status != InProgress:
 		return Result{Status: cur.ResponseStatus, Body: cur.ResponseBody, Replayed: true}, nil
 	case cur.LeaseLive(s.Now()):
@@ -129,7 +132,7 @@ func (s *Service) own(ctx context.Context, a Attempt, lookupFirst bool) (Result,
 
 // movedPoint names the crash point between the provider moving money and
 // the record of it: after-charge, after-refund.
-var movedPoint = map[Kind]string{KindPayment: "charge"}
+var movedPoint = map[Kind]string{KindPayment: "charge", KindRefund: "refund"}
 
 // settled answers from whatever the store holds now, for a caller that lost
 // a race for ownership.

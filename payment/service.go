@@ -105,13 +105,19 @@ func (payments) unknown(Attempt) error {
 	return Errorf(EOUTCOMEUNKNOWN, "The payment provider's answer was lost; the payment may or may not have been charged. Retry with the same Idempotency-Key to learn the outcome.")
 }
 
-// Payment returns the payment with id in scope.
+// Payment returns the payment with id in scope, with its refunds.
 func (s *Service) Payment(ctx context.Context, scope, id string) (View, error) {
-	a, err := s.Store.AttemptByID(ctx, scope, id)
+	p, err := s.Store.Payment(ctx, scope, id)
 	if err != nil {
 		return View{}, err
 	}
-	return a.View(), nil
+	var rs []Refund
+	if p.AmountRefunded+p.AmountReserved > 0 || p.Status == Succeeded {
+		if rs, err = s.Store.Refunds(ctx, scope, id); err != nil {
+			return View{}, err
+		}
+	}
+	return p.View(rs), nil
 }
 
 // DownstreamKey is the idempotency key oncepay gives the provider for
