@@ -93,7 +93,7 @@ func runPurge(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer db.Close()
-	res, err := newPurger(db, cfg.retention).RunOnce(ctx)
+	res, err := newPurger(db, &cfg).RunOnce(ctx)
 	fmt.Fprintln(stdout, res)
 	return err
 }

@@ -39,6 +39,7 @@ type config struct {
 	batchWait         time.Duration
 	staleAfter        time.Duration
 	retention         time.Duration
+	paymentRetention  time.Duration
 	adminToken        string
 	reconcileSchedule string
 	purgeSchedule     string
@@ -75,6 +76,7 @@ func (c *config) registerServe(fs *flag.FlagSet) {
 
 func (c *config) registerRetention(fs *flag.FlagSet) {
 	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long final attempts (and so their keys) are kept")
+	fs.DurationVar(&c.paymentRetention, "payment-retention", 0, "how long payments and their refunds are kept after their keys (0: always); at least --retention")
 }
 
 func (c *config) validate() error {
@@ -83,6 +85,9 @@ func (c *config) validate() error {
 	}
 	if c.staleAfter < c.lease {
 		return fmt.Errorf("--stale-after (%s) must be at least --lease (%s)", c.staleAfter, c.lease)
+	}
+	if c.paymentRetention != 0 && c.paymentRetention < c.retention {
+		return fmt.Errorf("--payment-retention (%s) must be 0 (kept) or at least --retention (%s): a payment must outlive its key, or a late retry could charge again", c.paymentRetention, c.retention)
 	}
 	if c.simDB == "" {
 		c.simDB = strings.TrimSuffix(c.db, ".db") + "-sim.db"
@@ -211,8 +216,8 @@ func (a *app) reconciler(c *config) *payment.Reconciler {
 	return &payment.Reconciler{Service: a.service, StaleAfter: c.staleAfter, Limit: 1000}
 }
 
-func newPurger(db *sqlitestore.DB, retention time.Duration) *payment.Purger {
-	return &payment.Purger{Store: db, Now: time.Now, Retention: retention, BatchSize: 1000}
+func newPurger(db *sqlitestore.DB, c *config) *payment.Purger {
+	return &payment.Purger{Store: db, Now: time.Now, Retention: c.retention, PaymentRetention: c.paymentRetention, BatchSize: 1000}
 }
 
 // runServe runs serve (merchant API keys required) or, with demo, the
@@ -247,14 +252,14 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer a.Close()
 	m := metrics.New(a.db.InProgress, time.Now)
 	a.service.ObserveProviderCall = m.ProviderCall
-	srvCfg := server.Config{Payments: a.service, Log: log, Metrics: m.Handler(), CountRequest: m.Request}
+	srvCfg := server.Config{Payments: a.service, Log: log, Metrics: m.Handler(), CountRequest: m.Request, CountRefund: m.Refund}
 	if a.sim != nil {
 		srvCfg.Sim = a.sim.Handler()
 		if !demo {
 			log.Warn("SIMULATED PROVIDER: no real money moves. Set --provider for a real one.", "ledger", cfg.simDB)
 		}
 	}
-	rec, pur := a.reconciler(&cfg), newPurger(a.db, cfg.retention)
+	rec, pur := a.reconciler(&cfg), newPurger(a.db, &cfg)
 	rec.Observe, pur.Observe = m.Reconciled, m.Purged
 	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Token: cfg.adminToken, Open: demo}
 	if demo && a.sim != nil {

@@ -107,19 +107,27 @@ type Purger struct {
 	Store     Store
 	Now       func() time.Time
 	Retention time.Duration
-	BatchSize int
+	// PaymentRetention is how long a payment and its refunds are kept after
+	// the last change; 0 keeps them. It must be at least Retention.
+	PaymentRetention time.Duration
+	BatchSize        int
 	// Observe, if set, is told what every run did.
 	Observe func(PurgeResult)
 }
 
 // PurgeResult is what one run did.
 type PurgeResult struct {
-	Deleted int
+	Deleted         int
+	PaymentsDeleted int // payments (with their refunds) past the payment retention
 	Before  time.Time // attempts final before this were deleted
 }
 
 func (r PurgeResult) String() string {
-	return fmt.Sprintf("purge: deleted %d final attempts last updated before %s", r.Deleted, r.Before.UTC().Format(time.RFC3339))
+	s := fmt.Sprintf("purge: deleted %d final attempts last updated before %s", r.Deleted, r.Before.UTC().Format(time.RFC3339))
+	if r.PaymentsDeleted > 0 {
+		s += fmt.Sprintf(", and %d payments past the payment retention", r.PaymentsDeleted)
+	}
+	return s
 }
 
 // RunOnce deletes every final attempt older than the retention, batch by
@@ -131,9 +139,29 @@ func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 			p.Observe(res)
 		}
 	}()
+	if p.BatchSize <= 0 {
+		return res, fmt.Errorf("purge: BatchSize %d must be positive", p.BatchSize)
+	}
+	if p.PaymentRetention != 0 && p.PaymentRetention < p.Retention {
+		return res, fmt.Errorf("purge: the payment retention (%s) must be 0 (kept) or at least the key retention (%s)", p.PaymentRetention, p.Retention)
+	}
 	for {
 		n, err := p.Store.Purge(ctx, res.Before, p.BatchSize)
 		res.Deleted += n
+		if err != nil {
+			return res, err
+		}
+		if n < p.BatchSize {
+			break
+		}
+	}
+	if p.PaymentRetention <= 0 {
+		return res, nil
+	}
+	before := p.Now().Add(-p.PaymentRetention)
+	for {
+		n, err := p.Store.PurgePayments(ctx, before, p.BatchSize)
+		res.PaymentsDeleted += n
 		if err != nil || n < p.BatchSize {
 			return res, err
 		}

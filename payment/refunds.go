@@ -17,6 +17,8 @@ import (
 // RefundReasons are the reasons a refund may give, as Stripe names them.
 var RefundReasons = []string{"duplicate", "fraudulent", "requested_by_customer"}
 
+var refundFields = map[string]bool{"amount": true, "reason": true}
+
 // RefundRequest is a validated refund request of one payment.
 type RefundRequest struct {
 	PaymentID string `json:"payment_id"`
@@ -35,7 +37,7 @@ func ParseRefundRequest(paymentID string, body []byte) (RefundRequest, error) {
 	if !utf8.Valid(body) {
 		return r, Errorf(EINVALID, "The body is not valid UTF-8.")
 	}
-	if err := checkJSON(body); err != nil {
+	if err := checkJSON(body, refundFields); err != nil {
 		return r, err
 	}
 	var w struct {

@@ -53,7 +53,7 @@ func ParseRequest(body []byte) (Request, error) {
 	if !utf8.Valid(body) {
 		return Request{}, Errorf(EINVALID, "The body is not valid UTF-8.")
 	}
-	if err := checkJSON(body); err != nil {
+	if err := checkJSON(body, requestFields); err != nil {
 		return Request{}, err
 	}
 	var w wireRequest
@@ -146,7 +146,7 @@ func ValidKey(k string) bool {
 // checkJSON rejects what encoding/json would quietly accept: duplicate keys
 // (which one wins is ambiguous), keys that differ from a field only in case,
 // a body that is not one object, and trailing data.
-func checkJSON(body []byte) error {
+func checkJSON(body []byte, fields map[string]bool) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	tok, err := dec.Token()
@@ -156,7 +156,7 @@ func checkJSON(body []byte) error {
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return Errorf(EINVALID, "The body must be a JSON object.")
 	}
-	if err := checkObject(dec, 1); err != nil {
+	if err := checkObject(dec, 1, fields); err != nil {
 		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -166,7 +166,7 @@ func checkJSON(body []byte) error {
 }
 
 // checkObject walks the members of an object whose '{' was just read.
-func checkObject(dec *json.Decoder, depth int) error {
+func checkObject(dec *json.Decoder, depth int, fields map[string]bool) error {
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
@@ -178,7 +178,7 @@ func checkObject(dec *json.Decoder, depth int) error {
 			return Errorf(EINVALID, "The field %q appears twice.", truncate(key, 40))
 		}
 		seen[key] = true
-		if depth == 1 && !requestFields[key] {
+		if depth == 1 && !fields[key] {
 			return Errorf(EINVALID, "Unknown field %q.", truncate(key, 40))
 		}
 		if err := checkValue(dec, depth); err != nil {
@@ -201,7 +201,7 @@ func checkValue(dec *json.Decoder, depth int) error {
 		return Errorf(EINVALID, "The body is nested too deeply.")
 	}
 	if d == '{' {
-		return checkObject(dec, depth+1)
+		return checkObject(dec, depth+1, nil)
 	}
 	for dec.More() { // '[': arrays are never valid here, but are walked so the error names the field
 		if err := checkValue(dec, depth+1); err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -68,8 +69,12 @@ func (s *server) observe(next http.Handler) http.Handler {
 		if info.outcome == "" {
 			info.outcome = outcomeOfStatus(sw.status)
 		}
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/payments" && s.CountRequest != nil {
-			s.CountRequest(info.outcome)
+		if r.Method == http.MethodPost && s.CountRequest != nil {
+			if r.URL.Path == "/v1/payments" {
+				s.CountRequest(info.outcome)
+			} else if strings.HasPrefix(r.URL.Path, "/v1/payments/") && strings.HasSuffix(r.URL.Path, "/refunds") && s.CountRefund != nil {
+				s.CountRefund(info.outcome)
+			}
 		}
 		s.Log.Info("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", sw.status,
 			"merchant", info.scope, "key_hash", info.keyHash, "outcome", info.outcome,

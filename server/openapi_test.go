@@ -129,6 +129,14 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		unknownID = a.ID
 	}
 
+	refund := func(id, key, body string) response {
+		return e.do("POST", "/v1/payments/"+id+"/refunds", []byte(body), append([]string{"Idempotency-Key", key, "Content-Type", "application/json"}, bearer...)...)
+	}
+	refunds := "/v1/payments/" + createdID + "/refunds"
+	refunded := refund(createdID, "spec-refund", `{"amount":100,"reason":"requested_by_customer"}`)
+	var declinedProblem payment.Problem
+	json.Unmarshal(pay("spec-declined", declined).Body, &declinedProblem)
+
 	tests := []struct {
 		name         string
 		method, path string
@@ -154,6 +162,14 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"get in progress", "GET", "/v1/payments/" + unknownID, get("/v1/payments/" + unknownID), 200, ""},
 		{"get unknown id", "GET", "/v1/payments/pay_NOPE", get("/v1/payments/pay_NOPE"), 404, payment.ProblemNotFound},
 		{"get unauthorized", "GET", "/v1/payments/" + createdID, e.do("GET", "/v1/payments/"+createdID, nil), 401, payment.ProblemUnauthorized},
+		{"refund", "POST", refunds, refunded, 201, ""},
+		{"refund replayed", "POST", refunds, refund(createdID, "spec-refund", `{"reason":"requested_by_customer","amount":100}`), 201, ""},
+		{"refund exceeds", "POST", refunds, refund(createdID, "spec-refund-big", `{"amount":99999999}`), 409, payment.ProblemRefundExceeds},
+		{"refund of a declined payment", "POST", "/v1/payments/" + declinedProblem.PaymentID + "/refunds", refund(declinedProblem.PaymentID, "spec-refund-declined", `{}`), 409, payment.ProblemNotRefundable},
+		{"refund of an unknown payment", "POST", "/v1/payments/pay_NOPE/refunds", refund("pay_NOPE", "spec-refund-nope", `{}`), 404, payment.ProblemNotFound},
+		{"refund invalid", "POST", refunds, refund(createdID, "spec-refund-bad", `{"amount":-5}`), 400, payment.ProblemInvalidRequest},
+		{"list refunds", "GET", refunds, get(refunds), 200, ""},
+		{"get refunded", "GET", "/v1/payments/" + createdID, get("/v1/payments/" + createdID), 200, ""},
 		{"attempts", "GET", "/v1/attempts", admin("/v1/attempts?status=in_progress&limit=10"), 200, ""},
 		{"attempts bad filter", "GET", "/v1/attempts", admin("/v1/attempts?limit=0"), 400, payment.ProblemInvalidRequest},
 		{"attempts with a merchant key", "GET", "/v1/attempts", get("/v1/attempts"), 401, payment.ProblemUnauthorized},
@@ -210,7 +226,12 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		payment.ProblemInProgress, payment.ProblemDeclined, payment.ProblemNotCompleted,
 		payment.ProblemOutcomeUnknown, payment.ProblemUnavailable, payment.ProblemTooLarge,
 		payment.ProblemUnsupportedMedia, payment.ProblemInternal,
+		payment.ProblemKeyExpired, payment.ProblemNotRefundable, payment.ProblemRefundExceeds,
+		payment.ProblemRefundDeclined, payment.ProblemRefundNotDone,
 	}
+	// Answered in refunds_test.go (they need a purge or a refusing
+	// provider), not yet validated against the spec here.
+	notScripted := []string{payment.ProblemInternal, payment.ProblemKeyExpired, payment.ProblemRefundDeclined, payment.ProblemRefundNotDone}
 	var specTypes []string
 	for _, v := range s.doc.Components.Schemas["ProblemType"].Value.Enum {
 		specTypes = append(specTypes, v.(string))
@@ -219,7 +240,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		if !slices.Contains(specTypes, p) {
 			t.Errorf("problem type %s is not in the spec's ProblemType", p)
 		}
-		if !seen[p] && p != payment.ProblemInternal { // a 500 is a bug: nothing scripted can cause one
+		if !seen[p] && !slices.Contains(notScripted, p) { // a 500 is a bug: nothing scripted can cause one
 			t.Errorf("problem type %s was not exercised", p)
 		}
 	}

@@ -29,7 +29,9 @@ type Config struct {
 	Workshop http.Handler
 	// CountRequest, if set, is told the outcome of every POST /v1/payments.
 	CountRequest func(outcome string)
-	Log          *slog.Logger
+	// CountRefund, if set, is told the outcome of every refund request.
+	CountRefund func(outcome string)
+	Log         *slog.Logger
 }
 
 type server struct {
