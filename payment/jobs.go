@@ -118,8 +118,8 @@ type Purger struct {
 // PurgeResult is what one run did.
 type PurgeResult struct {
 	Deleted         int
-	PaymentsDeleted int // payments (with their refunds) past the payment retention
-	Before  time.Time // attempts final before this were deleted
+	PaymentsDeleted int       // payments (with their refunds) past the payment retention
+	Before          time.Time // attempts final before this were deleted
 }
 
 func (r PurgeResult) String() string {
