@@ -98,7 +98,7 @@ func runPurge(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer db.Close()
-	pur, err := newPurger(db, cfg.retention)
+	pur, err := newPurger(db, &cfg)
 	if err != nil {
 		return err
 	}

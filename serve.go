@@ -42,6 +42,7 @@ type config struct {
 	batchWait         time.Duration
 	staleAfter        time.Duration
 	retention         time.Duration
+	paymentRetention  time.Duration
 	adminToken        string
 	adminTokenFile    string
 	reconcileSchedule string
@@ -83,6 +84,7 @@ func (c *config) registerServe(fs *flag.FlagSet) {
 
 func (c *config) registerRetention(fs *flag.FlagSet) {
 	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long final attempts (and so their keys) are kept")
+	fs.DurationVar(&c.paymentRetention, "payment-retention", 0, "how long payments and their refunds are kept after their keys (0: always); at least --retention")
 }
 
 func (c *config) validate() error {
@@ -99,6 +101,9 @@ func (c *config) validate() error {
 	}
 	if c.stripeWebhookKey != "" && !strings.HasPrefix(c.stripeWebhookKey, "whsec_") {
 		return errors.New(`STRIPE_WEBHOOK_SECRET: want the endpoint's signing secret, "whsec_..."`)
+	}
+	if c.paymentRetention != 0 && c.paymentRetention < c.retention {
+		return fmt.Errorf("--payment-retention (%s) must be 0 (kept) or at least --retention (%s): a payment must outlive its key, or a late retry could charge again", c.paymentRetention, c.retention)
 	}
 	if c.simDB == "" {
 		c.simDB = strings.TrimSuffix(c.db, ".db") + "-sim.db"
@@ -252,8 +257,8 @@ func (a *app) reconciler(c *config) (*payment.Reconciler, error) {
 	return payment.NewReconciler(payment.Reconciler{Service: a.service, StaleAfter: c.staleAfter})
 }
 
-func newPurger(db *sqlitestore.DB, retention time.Duration) (*payment.Purger, error) {
-	p, err := payment.NewPurger(payment.Purger{Store: db, Retention: retention})
+func newPurger(db *sqlitestore.DB, c *config) (*payment.Purger, error) {
+	p, err := payment.NewPurger(payment.Purger{Store: db, Retention: c.retention, PaymentRetention: c.paymentRetention})
 	if err != nil {
 		return nil, fmt.Errorf("--retention: %w", err)
 	}
@@ -298,7 +303,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer a.Close()
 	m := metrics.New(a.db.InProgress, time.Now)
 	a.service.ObserveProviderCall = m.ProviderCall
-	srvCfg := server.Config{Payments: a.service, Log: log, Metrics: m.Handler(), CountRequest: m.Request}
+	srvCfg := server.Config{Payments: a.service, Log: log, Metrics: m.Handler(), CountRequest: m.Request, CountRefund: m.Refund}
 	if a.sim != nil {
 		srvCfg.Sim = a.sim.Handler()
 		if !demo {
@@ -312,7 +317,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	pur, err := newPurger(a.db, cfg.retention)
+	pur, err := newPurger(a.db, &cfg)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ type InProgressFunc func(ctx context.Context) (n int, oldest time.Time, err erro
 type Metrics struct {
 	registry  *prometheus.Registry
 	requests  *prometheus.CounterVec
+	refunds   *prometheus.CounterVec
 	provider  *prometheus.HistogramVec
 	reconcile *prometheus.CounterVec
 	purged    prometheus.Counter
@@ -35,9 +36,13 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 			Name: "oncepay_payment_requests_total",
 			Help: "POST /v1/payments requests by outcome: created, replayed, declined, key_reused, in_progress, outcome_unknown, bad_request, unauthorized, unavailable, internal.",
 		}, []string{"outcome"}),
+		refunds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_refund_requests_total",
+			Help: "POST /v1/payments/{id}/refunds requests by outcome: the payment outcomes, and not_found, not_refundable, refund_exceeds, key_expired.",
+		}, []string{"outcome"}),
 		provider: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "oncepay_provider_call_duration_seconds",
-			Help:    "Provider calls by operation (charge, lookup) and result (succeeded, declined, unknown, found, not_found).",
+			Help:    "Provider calls by operation (charge, lookup, refund, refund_lookup) and result (succeeded, declined, unknown, found, not_found).",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"op", "result"}),
 		reconcile: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -56,7 +61,7 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 	for _, o := range []string{"succeeded", "failed", "unknown"} {
 		m.reconcile.WithLabelValues(o) // present at zero from the start
 	}
-	m.registry.MustRegister(m.requests, m.provider, m.reconcile, m.purged, m.webhooks,
+	m.registry.MustRegister(m.requests, m.refunds, m.provider, m.reconcile, m.purged, m.webhooks,
 		&inProgressCollector{fn: inProgress, now: now},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -67,6 +72,9 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 }
+
+// Refund counts one refund request by outcome.
+func (m *Metrics) Refund(outcome string) { m.refunds.WithLabelValues(outcome).Inc() }
 
 // Request counts one payment request by outcome.
 func (m *Metrics) Request(outcome string) { m.requests.WithLabelValues(outcome).Inc() }

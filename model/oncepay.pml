@@ -21,34 +21,35 @@
  *
  * | step             | Go                              | must contain                                        |
  * |------------------|---------------------------------|-----------------------------------------------------|
- * | read             | payment.(*Service).Pay          | cur, err := s.Store.Attempt(ctx, scope, key)        |
- * | claim            | payment.(*Service).Pay          | claimed, cerr := s.Store.Claim(ctx, &a)             |
+ * | read             | payment.(*Service).once         | cur, err := s.Store.Attempt(ctx, a.Scope, a.Key)    |
+ * | claim            | payment.(*Service).once         | claimed, cerr := s.Store.Claim(ctx, &a)             |
  * | claim            | sqlitestore.claimSQL            | INSERT OR IGNORE INTO payment_attempts              |
- * | claim            | sqlitestore.(*DB).Claim         | return n == 1 && err == nil, err                    |
- * | re-read          | payment.(*Service).Pay          | cur, err = s.Store.Attempt(ctx, scope, key)         |
+ * | claim            | sqlitestore.(*DB).Claim         | err != nil || n == 0                                |
+ * | re-read          | payment.(*Service).once         | cur, err = s.Store.Attempt(ctx, a.Scope, a.Key)     |
  * | duplicate        | payment.(*Service).duplicate    | case cur.Status != InProgress:                      |
  * | duplicate        | payment.(*Service).duplicate    | case cur.LeaseLive(s.Now()):                        |
  * | takeover         | payment.(*Service).duplicate    | s.Store.TakeOver(ctx, cur.Scope, cur.Key, cur.Fence |
  * | takeover         | sqlitestore.takeOverSQL         | SET fence = fence + 1                               |
  * | takeover         | sqlitestore.takeOverSQL         | status = 'in_progress' AND fence = ?                |
  * | takeover         | sqlitestore.takeOverSQL         | (lease_expires_at IS NULL OR lease_expires_at <= ?) |
- * | downstream-key   | payment.(*Service).charge       | dk := DownstreamKey(a.Scope, a.Key)                 |
+ * | downstream-key   | payment.(payments).move         | IdempotencyKey: DownstreamKey(a.Scope, a.Key)       |
  * | downstream-key   | payment.DownstreamKey           | h.Write([]byte(key))                                |
- * | lookup-first     | payment.(*Service).charge       | s.lookup(pctx, LookupRequest{IdempotencyKey: dk     |
- * | charge           | payment.(*Service).charge       | c, err = s.providerCharge(pctx, ChargeRequest{      |
- * | charge           | payment.(*Service).charge       | IdempotencyKey: dk                                  |
- * | release          | payment.(*Service).charge       | s.Store.Release(ctx, a.Scope, a.Key, a.Fence        |
+ * | lookup-first     | payment.(*Service).own          | o, found, err = op.find(pctx, a)                    |
+ * | lookup-first     | payment.(payments).find         | IdempotencyKey: DownstreamKey(a.Scope, a.Key)       |
+ * | charge           | payment.(*Service).own          | o, err = op.move(pctx, a)                           |
+ * | charge           | payment.(payments).move         | p.s.Provider.Charge(ctx, ChargeRequest{             |
+ * | release          | payment.(*Service).own          | s.Store.Release(ctx, a.Scope, a.Key, a.Fence        |
  * | release          | sqlitestore.releaseSQL          | status = 'in_progress' AND fence = ?                |
- * | record           | payment.(*Service).charge       | s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o      |
+ * | record           | payment.(*Service).own          | s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o      |
  * | record           | sqlitestore.recordSQL           | status = 'in_progress' AND fence = ?                |
  * | settled          | payment.(*Service).settled      | cur, err := s.Store.Attempt(ctx, a.Scope, a.Key)    |
  * | settled          | payment.(*Service).settled      | if cur.Status == InProgress {                       |
- * | reconcile-stale  | payment.(*Reconciler).RunOnce   | r.Store.Stale(ctx, now.Add(-r.StaleAfter), now      |
- * | reconcile-take   | payment.(*Reconciler).settle    | r.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence       |
- * | reconcile-lookup | payment.(*Reconciler).settle    | IdempotencyKey: DownstreamKey(a.Scope, a.Key)       |
- * | reconcile-keep   | payment.(*Reconciler).settle    | r.Store.Release(ctx, a.Scope, a.Key, a.Fence        |
- * | reconcile-record | payment.(*Reconciler).settle    | o := NotCompletedOutcome(a)                         |
- * | reconcile-record | payment.(*Reconciler).settle    | r.Store.Record(ctx, a.Scope, a.Key, a.Fence, o      |
+ * | reconcile-stale  | payment.(*Reconciler).RunOnce   | Store.Stale(ctx, now.Add(-r.StaleAfter), now        |
+ * | reconcile-take   | payment.(*Service).settle       | s.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence       |
+ * | reconcile-lookup | payment.(*Service).settle       | o, found, err := op.find(pctx, a)                   |
+ * | reconcile-keep   | payment.(*Service).settle       | s.Store.Release(ctx, a.Scope, a.Key, a.Fence        |
+ * | reconcile-record | payment.(*Service).settle       | o = op.notCompleted(a)                              |
+ * | reconcile-record | payment.(*Service).settle       | s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o      |
  * | provider-dedupe  | sim.(*Sim).Charge               | c, stored, err = s.byKey(ctx, req.IdempotencyKey)   |
  * | provider-lookup  | sim.(*Sim).Lookup               | s.byKey(ctx, req.IdempotencyKey)                    |
  *

@@ -18,7 +18,7 @@ const (
 // answer was lost and the client never retried. The provider is the source
 // of truth; nothing is guessed. Build it with NewReconciler.
 type Reconciler struct {
-	*Service
+	Service *Service
 	// StaleAfter is how old an in-progress attempt must be before reconcile
 	// touches it. Far longer than a provider call, so a request whose call
 	// timed out on our side has surely landed or died at the provider.
@@ -71,8 +71,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) (res ReconcileResult, err erro
 		return res, errors.New("payment: reconciler: Limit is not set; build it with NewReconciler")
 	}
 	defer func() { r.observe(res) }()
-	now := r.Now()
-	stale, err := r.Store.Stale(ctx, now.Add(-r.StaleAfter), now, r.Limit)
+	now := r.Service.Now()
+	stale, err := r.Service.Store.Stale(ctx, now.Add(-r.StaleAfter), now, r.Limit)
 	if err != nil {
 		return res, err
 	}
@@ -91,11 +91,11 @@ func (r *Reconciler) RunOnce(ctx context.Context) (res ReconcileResult, err erro
 // the admin page's button does. It
 // returns the attempt as it stands afterwards.
 func (r *Reconciler) ReconcileOne(ctx context.Context, scope, key string) (*Attempt, error) {
-	a, err := r.Store.Attempt(ctx, scope, key)
+	a, err := r.Service.Store.Attempt(ctx, scope, key)
 	if err != nil {
 		return nil, err
 	}
-	now := r.Now()
+	now := r.Service.Now()
 	if !a.Stale(now, r.StaleAfter) {
 		return nil, Errorf(EINVALID, "Only an attempt in progress, untouched for %s and with no live lease, can be reconciled.", r.StaleAfter)
 	}
@@ -106,7 +106,7 @@ func (r *Reconciler) ReconcileOne(ctx context.Context, scope, key string) (*Atte
 	res := ReconcileResult{Checked: 1}
 	res.count(st)
 	r.observe(res)
-	return r.Store.Attempt(ctx, scope, key)
+	return r.Service.Store.Attempt(ctx, scope, key)
 }
 
 func (r *Reconciler) observe(res ReconcileResult) {
@@ -129,37 +129,9 @@ func (res *ReconcileResult) count(st Status) {
 	}
 }
 
-// settle takes a over, asks the provider by key and records what it says.
-// It returns the status it left: "" if it could not take a over.
+// settle settles one stale attempt, whatever its kind (Service.settle).
 func (r *Reconciler) settle(ctx context.Context, a Attempt) (Status, error) {
-	now := r.Now()
-	fence, ok, err := r.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence, now, now.Add(r.Lease))
-	if err != nil || !ok {
-		return "", err
-	}
-	a.Fence = fence
-	pctx, cancel := context.WithTimeout(ctx, r.ProviderTimeout)
-	c, found, err := r.lookup(pctx, LookupRequest{IdempotencyKey: DownstreamKey(a.Scope, a.Key), CreatedAt: a.CreatedAt})
-	cancel()
-	if err != nil {
-		r.Log.Warn("reconcile: provider lookup failed; left for the next run", "payment_id", a.ID, "err", err)
-		// Reconcile moved no money: the attempt keeps its old update time, so
-		// it is as stale as before and the next run tries again.
-		return InProgress, r.Store.Release(ctx, a.Scope, a.Key, a.Fence, a.UpdatedAt)
-	}
-	o := NotCompletedOutcome(a)
-	switch {
-	case found && !c.matches(a):
-		o = providerKeyReusedOutcome(a)
-	case found:
-		o = SucceededOutcome(a, c)
-	}
-	ok, err = r.Store.Record(ctx, a.Scope, a.Key, a.Fence, o, r.Now())
-	if err != nil || !ok {
-		return "", err
-	}
-	r.Log.Info("reconcile: settled", "payment_id", a.ID, "status", o.Status, "charge_id", o.ChargeID)
-	return o.Status, nil
+	return r.Service.settle(ctx, a)
 }
 
 // Purger deletes final attempts older than the retention, in batches, so
@@ -169,7 +141,10 @@ type Purger struct {
 	Store     Store
 	Now       func() time.Time
 	Retention time.Duration
-	BatchSize int
+	// PaymentRetention is how long a payment and its refunds are kept after
+	// the last change; 0 keeps them. It must be at least Retention.
+	PaymentRetention time.Duration
+	BatchSize        int
 	// Observe, if set, is told what every run did.
 	Observe func(PurgeResult)
 }
@@ -199,12 +174,17 @@ func NewPurger(p Purger) (*Purger, error) {
 
 // PurgeResult is what one run did.
 type PurgeResult struct {
-	Deleted int
-	Before  time.Time // attempts final before this were deleted
+	Deleted         int
+	PaymentsDeleted int       // payments (with their refunds) past the payment retention
+	Before          time.Time // attempts final before this were deleted
 }
 
 func (r PurgeResult) String() string {
-	return fmt.Sprintf("purge: deleted %d final attempts last updated before %s", r.Deleted, r.Before.UTC().Format(time.RFC3339))
+	s := fmt.Sprintf("purge: deleted %d final attempts last updated before %s", r.Deleted, r.Before.UTC().Format(time.RFC3339))
+	if r.PaymentsDeleted > 0 {
+		s += fmt.Sprintf(", and %d payments past the payment retention", r.PaymentsDeleted)
+	}
+	return s
 }
 
 // RunOnce deletes every final attempt older than the retention, batch by
@@ -219,9 +199,29 @@ func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 			p.Observe(res)
 		}
 	}()
+	if p.BatchSize <= 0 {
+		return res, fmt.Errorf("purge: BatchSize %d must be positive", p.BatchSize)
+	}
+	if p.PaymentRetention != 0 && p.PaymentRetention < p.Retention {
+		return res, fmt.Errorf("purge: the payment retention (%s) must be 0 (kept) or at least the key retention (%s)", p.PaymentRetention, p.Retention)
+	}
 	for {
 		n, err := p.Store.Purge(ctx, res.Before, p.BatchSize)
 		res.Deleted += n
+		if err != nil {
+			return res, err
+		}
+		if n < p.BatchSize {
+			break
+		}
+	}
+	if p.PaymentRetention <= 0 {
+		return res, nil
+	}
+	before := p.Now().Add(-p.PaymentRetention)
+	for {
+		n, err := p.Store.PurgePayments(ctx, before, p.BatchSize)
+		res.PaymentsDeleted += n
 		if err != nil || n < p.BatchSize {
 			return res, err
 		}

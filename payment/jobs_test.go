@@ -55,10 +55,8 @@ func (f *fixture) abandon(t *testing.T, key string, charged bool) *payment.Attem
 	t.Helper()
 	req := payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}
 	now := f.clock.Now()
-	a := &payment.Attempt{Scope: "demo", Key: key, ID: payment.NewPaymentID(), Request: req.Canonical(),
-		RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR", Status: payment.InProgress, Fence: 1,
-		LeaseExpiresAt: now.Add(f.Service.Lease), CreatedAt: now, UpdatedAt: now}
-	if ok, err := f.DB.Claim(context.Background(), a); !ok || err != nil {
+	a := payment.NewAttempt("demo", key, req, now, f.Service.Lease)
+	if ok, err := f.DB.Claim(context.Background(), &a); !ok || err != nil {
 		t.Fatalf("Claim = %v, %v", ok, err)
 	}
 	if charged {
@@ -67,7 +65,7 @@ func (f *fixture) abandon(t *testing.T, key string, charged bool) *payment.Attem
 			t.Fatal(err)
 		}
 	}
-	return a
+	return &a
 }
 
 func (f *fixture) attempt(t *testing.T, key string) *payment.Attempt {
@@ -259,8 +257,9 @@ func TestReconcileWaitsAfterATakeover(t *testing.T) {
 }
 
 // A key reused after the retention, with another body, is not charged under
-// the provider's memory of the old payment, nor reported as it: the
-// provider's "key reused" is a final 409.
+// the provider's memory of the old payment, nor reported as it. While the
+// payment is kept oncepay refuses it itself (409 key expired, nothing sent);
+// once the payment is purged too, the provider's "key reused" is a final 409.
 func TestKeyReusedAfterRetention(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
@@ -272,7 +271,17 @@ func TestKeyReusedAfterRetention(t *testing.T) {
 	if res, err := f.purger(t, 10).RunOnce(ctx); err != nil || res.Deleted != 1 {
 		t.Fatalf("purge = %+v, %v", res, err)
 	}
-	again, err := f.Service.Pay(ctx, "demo", "k", payment.Request{Amount: 5000, Currency: "EUR", Source: "tok_visa"})
+	other := payment.Request{Amount: 5000, Currency: "EUR", Source: "tok_visa"}
+	if _, err := f.Service.Pay(ctx, "demo", "k", other); payment.ErrorCode(err) != payment.EKEYEXPIRED {
+		t.Fatalf("reused key while its payment is kept: err = %v, want %s", err, payment.EKEYEXPIRED)
+	}
+	if c := f.Sim.Calls(); len(c) != 1 || c[0].Charges != 1 {
+		t.Fatalf("provider calls = %+v, want only the first charge", c)
+	}
+	if n, err := f.DB.PurgePayments(ctx, f.clock.Now(), 10); err != nil || n != 1 {
+		t.Fatalf("PurgePayments = %d, %v", n, err)
+	}
+	again, err := f.Service.Pay(ctx, "demo", "k", other)
 	var p payment.Problem
 	json.Unmarshal(again.Body, &p)
 	if err != nil || again.Status != 409 || p.Type != payment.ProblemKeyReused {

@@ -92,10 +92,8 @@ func TestAdminInBrowser(t *testing.T) {
 		}
 	}
 	req, _ := payment.ParseRequest([]byte(visa))
-	stuck := &payment.Attempt{Scope: "demo", Key: "order-1005-stuck", ID: payment.NewPaymentID(), Request: req.Canonical(),
-		RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR", Status: payment.InProgress, Fence: 1,
-		LeaseExpiresAt: now.Add(time.Second), CreatedAt: now, UpdatedAt: now}
-	if ok, err := e.DB.Claim(context.Background(), stuck); !ok || err != nil {
+	stuck := payment.NewAttempt("demo", "order-1005-stuck", req, now, time.Second)
+	if ok, err := e.DB.Claim(context.Background(), &stuck); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	mu.Lock()

@@ -143,10 +143,8 @@ func TestAdminReconcileNow(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	e := newEnv(t, envOptions{now: clock})
 	req, _ := payment.ParseRequest([]byte(visa))
-	a := &payment.Attempt{Scope: "demo", Key: "stuck", ID: payment.NewPaymentID(), Request: req.Canonical(),
-		RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR", Status: payment.InProgress, Fence: 1,
-		LeaseExpiresAt: now.Add(time.Second), CreatedAt: now, UpdatedAt: now}
-	if ok, err := e.DB.Claim(context.Background(), a); !ok || err != nil {
+	a := payment.NewAttempt("demo", "stuck", req, now, time.Second)
+	if ok, err := e.DB.Claim(context.Background(), &a); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	r := e.do("POST", "/admin/attempts/"+a.ID+"/reconcile", nil)

@@ -6,9 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"strings"
 	"time"
-
-	"github.com/oncepay/oncepay/payment"
 )
 
 // requestInfo is what a handler learns that the request log line reports.
@@ -70,34 +69,17 @@ func (s *server) observe(next http.Handler) http.Handler {
 		if info.outcome == "" {
 			info.outcome = outcomeOfStatus(sw.status)
 		}
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/payments" && s.CountRequest != nil {
-			s.CountRequest(info.outcome)
+		if r.Method == http.MethodPost && s.CountRequest != nil {
+			if r.URL.Path == "/v1/payments" {
+				s.CountRequest(info.outcome)
+			} else if strings.HasPrefix(r.URL.Path, "/v1/payments/") && strings.HasSuffix(r.URL.Path, "/refunds") && s.CountRefund != nil {
+				s.CountRefund(info.outcome)
+			}
 		}
 		s.Log.Info("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", sw.status,
 			"merchant", info.scope, "key_hash", info.keyHash, "outcome", info.outcome,
 			"duration_ms", float64(time.Since(start).Microseconds())/1000)
 	})
-}
-
-// outcomeOfError names the outcome of a request answered with err.
-func outcomeOfError(err error) string {
-	switch payment.ErrorCode(err) {
-	case payment.EINVALID, payment.EKEY:
-		return "bad_request"
-	case payment.EUNAUTHORIZED:
-		return "unauthorized"
-	case payment.ENOTFOUND:
-		return "not_found"
-	case payment.EKEYREUSED:
-		return "key_reused"
-	case payment.EINPROGRESS:
-		return "in_progress"
-	case payment.EOUTCOMEUNKNOWN:
-		return "outcome_unknown"
-	case payment.EUNAVAILABLE:
-		return "unavailable"
-	}
-	return "internal"
 }
 
 // outcomeOfStatus names the outcome of a request no handler named.

@@ -37,7 +37,9 @@ type Config struct {
 	// CountWebhook, if set, is told of every webhook refused before the
 	// inbox (outcome invalid or too_large); the inbox counts the rest.
 	CountWebhook func(provider, eventType, outcome string)
-	Log          *slog.Logger
+	// CountRefund, if set, is told the outcome of every refund request.
+	CountRefund func(outcome string)
+	Log         *slog.Logger
 }
 
 type server struct {

@@ -69,7 +69,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
-	if err := migrate(ctx, w); err != nil {
+	if err := migrate(ctx, w, schema); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("migrate %s: %w", path, err)
 	}

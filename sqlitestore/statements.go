@@ -11,8 +11,8 @@ import (
 const (
 	claimSQL = `INSERT OR IGNORE INTO payment_attempts
 		(scope, idempotency_key, id, request_hash, request, amount, currency,
-		 status, fence, lease_expires_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		 status, fence, lease_expires_at, created_at, updated_at, kind, payment_id, details)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 	// takeOverSQL moves an abandoned attempt to a new owner: of two racing
 	// for it, exactly one matches.
@@ -25,7 +25,8 @@ const (
 	recordSQL = `UPDATE payment_attempts
 		SET status = ?, response_status = ?, response_body = ?, charge_id = ?,
 		    failure_code = ?, lease_expires_at = NULL, updated_at = ?
-		WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?`
+		WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?
+		RETURNING kind, id, payment_id, amount`
 
 	releaseSQL = `UPDATE payment_attempts SET lease_expires_at = NULL, updated_at = ?
 		WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?`

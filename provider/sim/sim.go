@@ -154,6 +154,9 @@ func createLedger(db *sql.DB) error {
 	if _, err := tx.Exec(ddl); err != nil {
 		return err
 	}
+	if _, err := tx.Exec(refundSchema); err != nil {
+		return err
+	}
 	return tx.Commit()
 }
 
