@@ -44,9 +44,9 @@ type Service struct {
 func (s *Service) Pay(ctx context.Context, scope, key string, req Request) (Result, error) {
 	canonical := req.Canonical()
 	hash := fingerprint(canonical)
-	// A retry finds its row with a read and never waits for the writer. Only
-	// the INSERT below decides who owns a new key.
-	cur, err := s.Store.Attempt(ctx, scope, key)
+	// A retry finds its answer with a read and never waits for the writer.
+	// Only the INSERT below decides who owns a new key.
+	cur, err := s.Store.Answer(ctx, scope, key)
 	if ErrorCode(err) == ENOTFOUND {
 		now := s.Now()
 		a := Attempt{
@@ -64,24 +64,30 @@ func (s *Service) Pay(ctx context.Context, scope, key string, req Request) (Resu
 			crashpoint.Hit("after-claim")
 			return s.charge(ctx, a, req, false)
 		}
-		cur, err = s.Store.Attempt(ctx, scope, key)
+		cur, err = s.Store.Answer(ctx, scope, key)
 	}
 	if err != nil {
 		return Result{}, err
 	}
-	return s.duplicate(ctx, cur, hash, req)
+	return s.duplicate(ctx, scope, key, cur, hash, req)
 }
 
 // duplicate answers a request whose key was already claimed: by the stored
 // answer, a conflict, or by taking over an attempt whose owner is gone.
-func (s *Service) duplicate(ctx context.Context, cur *Attempt, hash []byte, req Request) (Result, error) {
+func (s *Service) duplicate(ctx context.Context, scope, key string, ans *Answer, hash []byte, req Request) (Result, error) {
 	switch {
-	case string(cur.RequestHash) != string(hash):
+	case string(ans.RequestHash) != string(hash):
 		return Result{}, Errorf(EKEYREUSED, "This Idempotency-Key was already used with a different request. Use a new key for a new payment.")
-	case cur.Status != InProgress:
-		return Result{Status: cur.ResponseStatus, Body: cur.ResponseBody, Replayed: true}, nil
-	case cur.LeaseLive(s.Now()):
+	case ans.Status != InProgress:
+		return Result{Status: ans.ResponseStatus, Body: ans.ResponseBody, Replayed: true}, nil
+	case ans.LeaseExpiresAt.After(s.Now()):
 		return Result{}, Errorf(EINPROGRESS, "A request with this Idempotency-Key is still being processed. Retry with the same key.")
+	}
+	// The owner is gone. A takeover needs the whole attempt; what changed
+	// since the read above, the guarded UPDATE sees.
+	cur, err := s.Store.Attempt(ctx, scope, key)
+	if err != nil {
+		return Result{}, err
 	}
 	now := s.Now()
 	fence, ok, err := s.Store.TakeOver(ctx, cur.Scope, cur.Key, cur.Fence, now, now.Add(s.Lease))
@@ -192,7 +198,7 @@ func (s *Service) observe(op, result string, start time.Time) {
 // settled answers from whatever the store holds now, for a caller that lost
 // a race for ownership.
 func (s *Service) settled(ctx context.Context, a Attempt) (Result, error) {
-	cur, err := s.Store.Attempt(ctx, a.Scope, a.Key)
+	cur, err := s.Store.Answer(ctx, a.Scope, a.Key)
 	if err != nil {
 		return Result{}, err
 	}

@@ -114,6 +114,30 @@ func BenchmarkAttempt(b *testing.B) {
 	reportRate(b, "lookups/s")
 }
 
+// BenchmarkAnswer is the replay's lookup: the five columns a duplicate is
+// decided by.
+func BenchmarkAnswer(b *testing.B) {
+	const keys = 1000
+	db := MustOpen(b, Options{})
+	for i := range keys {
+		if err := claimRecord(db, newAttempt("replay-"+strconv.Itoa(i), time.Now(), time.Minute)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			a, err := db.Answer(context.Background(), "s", "replay-"+strconv.Itoa(rand.IntN(keys)))
+			if err != nil || a.Status != payment.Succeeded {
+				b.Errorf("Answer = %v, %v", a, err)
+				return
+			}
+		}
+	})
+	reportRate(b, "lookups/s")
+}
+
 // BenchmarkRawClaimRecord is the raw SQL ceiling: payments' claim and
 // record statements on the store's own writer connection (same file, same
 // pragmas), without the writer goroutine, its savepoints or any caller
