@@ -21,6 +21,7 @@ type InProgressFunc func(ctx context.Context) (n int, oldest time.Time, err erro
 type Metrics struct {
 	registry  *prometheus.Registry
 	requests  *prometheus.CounterVec
+	byOutcome map[string]prometheus.Counter // requests' children, resolved once: read-only after New
 	provider  *prometheus.HistogramVec
 	reconcile *prometheus.CounterVec
 	purged    prometheus.Counter
@@ -48,6 +49,10 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 			Help: "Final attempts deleted by purge after the retention.",
 		}),
 	}
+	m.byOutcome = map[string]prometheus.Counter{}
+	for _, o := range []string{"created", "replayed", "declined"} { // the outcomes of nearly every request
+		m.byOutcome[o] = m.requests.WithLabelValues(o)
+	}
 	for _, o := range []string{"succeeded", "failed", "unknown"} {
 		m.reconcile.WithLabelValues(o) // present at zero from the start
 	}
@@ -64,7 +69,13 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // Request counts one payment request by outcome.
-func (m *Metrics) Request(outcome string) { m.requests.WithLabelValues(outcome).Inc() }
+func (m *Metrics) Request(outcome string) {
+	if c, ok := m.byOutcome[outcome]; ok {
+		c.Inc()
+		return
+	}
+	m.requests.WithLabelValues(outcome).Inc()
+}
 
 // ProviderCall observes one provider call.
 func (m *Metrics) ProviderCall(op, result string, d time.Duration) {
