@@ -22,6 +22,7 @@ type Metrics struct {
 	registry  *prometheus.Registry
 	requests  *prometheus.CounterVec
 	refunds   *prometheus.CounterVec
+	byOutcome map[string]prometheus.Counter // requests' children, resolved once: read-only after New
 	provider  *prometheus.HistogramVec
 	reconcile *prometheus.CounterVec
 	purged    prometheus.Counter
@@ -58,6 +59,10 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 			Help: "Provider event deliveries and tries by provider, event type (empty if unverified) and outcome: processed, ignored, failed, duplicate, busy, error, invalid, too_large.",
 		}, []string{"provider", "type", "outcome"}),
 	}
+	m.byOutcome = map[string]prometheus.Counter{}
+	for _, o := range []string{"created", "replayed", "declined"} { // the outcomes of nearly every request
+		m.byOutcome[o] = m.requests.WithLabelValues(o)
+	}
 	for _, o := range []string{"succeeded", "failed", "unknown"} {
 		m.reconcile.WithLabelValues(o) // present at zero from the start
 	}
@@ -77,7 +82,13 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) Refund(outcome string) { m.refunds.WithLabelValues(outcome).Inc() }
 
 // Request counts one payment request by outcome.
-func (m *Metrics) Request(outcome string) { m.requests.WithLabelValues(outcome).Inc() }
+func (m *Metrics) Request(outcome string) {
+	if c, ok := m.byOutcome[outcome]; ok {
+		c.Inc()
+		return
+	}
+	m.requests.WithLabelValues(outcome).Inc()
+}
 
 // ProviderCall observes one provider call.
 func (m *Metrics) ProviderCall(op, result string, d time.Duration) {

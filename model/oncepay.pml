@@ -21,13 +21,13 @@
  *
  * | step             | Go                              | must contain                                        |
  * |------------------|---------------------------------|-----------------------------------------------------|
- * | read             | payment.(*Service).once         | cur, err := s.Store.Attempt(ctx, a.Scope, a.Key)    |
+ * | read             | payment.(*Service).once         | ans, err := s.Store.Answer(ctx, a.Scope, a.Key)     |
  * | claim            | payment.(*Service).once         | claimed, cerr := s.Store.Claim(ctx, &a)             |
  * | claim            | sqlitestore.claimSQL            | INSERT OR IGNORE INTO payment_attempts              |
  * | claim            | sqlitestore.(*DB).Claim         | err != nil || n == 0                                |
- * | re-read          | payment.(*Service).once         | cur, err = s.Store.Attempt(ctx, a.Scope, a.Key)     |
- * | duplicate        | payment.(*Service).duplicate    | case cur.Status != InProgress:                      |
- * | duplicate        | payment.(*Service).duplicate    | case cur.LeaseLive(s.Now()):                        |
+ * | re-read          | payment.(*Service).once         | ans, err = s.Store.Answer(ctx, a.Scope, a.Key)      |
+ * | duplicate        | payment.(*Service).duplicate    | case ans.Status != InProgress:                      |
+ * | duplicate        | payment.(*Service).duplicate    | case ans.LeaseExpiresAt.After(s.Now()):             |
  * | takeover         | payment.(*Service).duplicate    | s.Store.TakeOver(ctx, cur.Scope, cur.Key, cur.Fence |
  * | takeover         | sqlitestore.takeOverSQL         | SET fence = fence + 1                               |
  * | takeover         | sqlitestore.takeOverSQL         | status = 'in_progress' AND fence = ?                |
@@ -42,7 +42,7 @@
  * | release          | sqlitestore.releaseSQL          | status = 'in_progress' AND fence = ?                |
  * | record           | payment.(*Service).own          | s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o      |
  * | record           | sqlitestore.recordSQL           | status = 'in_progress' AND fence = ?                |
- * | settled          | payment.(*Service).settled      | cur, err := s.Store.Attempt(ctx, a.Scope, a.Key)    |
+ * | settled          | payment.(*Service).settled      | cur, err := s.Store.Answer(ctx, a.Scope, a.Key)     |
  * | settled          | payment.(*Service).settled      | if cur.Status == InProgress {                       |
  * | reconcile-stale  | payment.(*Reconciler).RunOnce   | Store.Stale(ctx, now.Add(-r.StaleAfter), now        |
  * | reconcile-take   | payment.(*Service).settle       | s.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence       |

@@ -39,9 +39,9 @@ func (s *Service) operation(k Kind) operation {
 // whatever the number of calls: a is the attempt a new claim inserts. A final
 // outcome is stored and every later call gets its exact bytes.
 func (s *Service) once(ctx context.Context, a Attempt) (Result, error) {
-	// A retry finds its row with a read and never waits for the writer. Only
-	// the INSERT of Claim decides who owns a new key.
-	cur, err := s.Store.Attempt(ctx, a.Scope, a.Key)
+	// A retry finds its answer with a read and never waits for the writer.
+	// Only the INSERT of Claim decides who owns a new key.
+	ans, err := s.Store.Answer(ctx, a.Scope, a.Key)
 	if ErrorCode(err) == ENOTFOUND {
 		claimed, cerr := s.Store.Claim(ctx, &a)
 		if cerr != nil {
@@ -51,24 +51,31 @@ func (s *Service) once(ctx context.Context, a Attempt) (Result, error) {
 			crashpoint.Hit("after-claim")
 			return s.own(ctx, a, false)
 		}
-		cur, err = s.Store.Attempt(ctx, a.Scope, a.Key)
+		ans, err = s.Store.Answer(ctx, a.Scope, a.Key)
 	}
 	if err != nil {
 		return Result{}, err
 	}
-	return s.duplicate(ctx, cur, a.RequestHash)
+	return s.duplicate(ctx, a, ans)
 }
 
-// duplicate answers a request whose key was already claimed: by the stored
-// answer, a conflict, or by taking over an attempt whose owner is gone.
-func (s *Service) duplicate(ctx context.Context, cur *Attempt, hash []byte) (Result, error) {
+// duplicate answers req, a request whose key was already claimed, from ans,
+// what the key holds: by the stored answer, a conflict, or by taking over an
+// attempt whose owner is gone.
+func (s *Service) duplicate(ctx context.Context, req Attempt, ans *Answer) (Result, error) {
 	switch {
-	case string(cur.RequestHash) != string(hash):
-		return Result{}, Errorf(EKEYREUSED, "This Idempotency-Key was already used with a different request. Use a new key for a new %s.", cur.Kind)
-	case cur.Status != InProgress:
-		return Result{Status: cur.ResponseStatus, Body: cur.ResponseBody, Replayed: true}, nil
-	case cur.LeaseLive(s.Now()):
+	case string(ans.RequestHash) != string(req.RequestHash):
+		return Result{}, Errorf(EKEYREUSED, "This Idempotency-Key was already used with a different request. Use a new key for a new %s.", req.Kind)
+	case ans.Status != InProgress:
+		return Result{Status: ans.ResponseStatus, Body: ans.ResponseBody, Replayed: true}, nil
+	case ans.LeaseExpiresAt.After(s.Now()):
 		return Result{}, Errorf(EINPROGRESS, "A request with this Idempotency-Key is still being processed. Retry with the same key.")
+	}
+	// The owner is gone. A takeover needs the whole attempt; what changed
+	// since the read above, the guarded UPDATE sees.
+	cur, err := s.Store.Attempt(ctx, req.Scope, req.Key)
+	if err != nil {
+		return Result{}, err
 	}
 	now := s.Now()
 	fence, ok, err := s.Store.TakeOver(ctx, cur.Scope, cur.Key, cur.Fence, now, now.Add(s.Lease))
@@ -137,7 +144,7 @@ var movedPoint = map[Kind]string{KindPayment: "charge", KindRefund: "refund"}
 // settled answers from whatever the store holds now, for a caller that lost
 // a race for ownership.
 func (s *Service) settled(ctx context.Context, a Attempt) (Result, error) {
-	cur, err := s.Store.Attempt(ctx, a.Scope, a.Key)
+	cur, err := s.Store.Answer(ctx, a.Scope, a.Key)
 	if err != nil {
 		return Result{}, err
 	}

@@ -97,6 +97,17 @@ func (a *Attempt) Stale(now time.Time, staleAfter time.Duration) bool {
 	return a.Status == InProgress && !a.LeaseLive(now) && !a.UpdatedAt.After(now.Add(-staleAfter))
 }
 
+// Answer is what a duplicate request is decided by: the stored fingerprint,
+// where the attempt stands, and once final the exact response. A replay
+// reads this much and no more.
+type Answer struct {
+	RequestHash    []byte
+	Status         Status
+	LeaseExpiresAt time.Time // zero when no owner holds the attempt
+	ResponseStatus int       // zero until final
+	ResponseBody   []byte
+}
+
 // Outcome is the final result an owner records.
 type Outcome struct {
 	Status         Status
@@ -159,6 +170,10 @@ type Store interface {
 
 	// Attempt returns the attempt for (scope, key) or an ENOTFOUND error.
 	Attempt(ctx context.Context, scope, key string) (*Attempt, error)
+
+	// Answer returns what a duplicate of (scope, key) is decided by, or an
+	// ENOTFOUND error: Attempt's fields that a replay needs, read alone.
+	Answer(ctx context.Context, scope, key string) (*Answer, error)
 
 	// AttemptByID returns the attempt with payment id within scope.
 	AttemptByID(ctx context.Context, scope, id string) (*Attempt, error)

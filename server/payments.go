@@ -15,8 +15,6 @@ import (
 
 type ctxKey int
 
-const scopeKey ctxKey = 0
-
 // authenticate puts the merchant's scope in the request context, or answers
 // 401 before anything is read or written. In demo mode every request is in
 // DemoScope.
@@ -35,8 +33,15 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 				return
 			}
 		}
-		infoOf(r).scope = scope
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), scopeKey, scope)))
+		// The scope rides in the request's info, which observe already put in
+		// the context: no second copy of the request.
+		info, ok := r.Context().Value(infoKey).(*requestInfo)
+		if !ok {
+			info = &requestInfo{}
+			r = r.WithContext(context.WithValue(r.Context(), infoKey, info))
+		}
+		info.scope = scope
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -58,7 +63,8 @@ func bearer(r *http.Request) (string, bool) {
 	return token, true
 }
 
-func scopeOf(ctx context.Context) string { return ctx.Value(scopeKey).(string) }
+// scopeOf is the scope authenticate found for r.
+func scopeOf(r *http.Request) string { return infoOf(r).scope }
 
 // handleCreatePayment is POST /v1/payments. Everything is validated before
 // the claim: a bad request writes nothing and leaves the key usable.
@@ -72,7 +78,7 @@ func (s *server) handleCreatePayment(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := s.Payments.Pay(r.Context(), scopeOf(r.Context()), key, req)
+	res, err := s.Payments.Pay(r.Context(), scopeOf(r), key, req)
 	s.writeResult(w, r, res, err)
 }
 
@@ -88,7 +94,7 @@ func (s *server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := s.Payments.Refund(r.Context(), scopeOf(r.Context()), key, req)
+	res, err := s.Payments.Refund(r.Context(), scopeOf(r), key, req)
 	s.writeResult(w, r, res, err)
 }
 
@@ -174,7 +180,7 @@ func isJSON(contentType string) bool {
 
 // handleGetPayment is GET /v1/payments/{id}, within the caller's scope only.
 func (s *server) handleGetPayment(w http.ResponseWriter, r *http.Request) {
-	v, err := s.Payments.Payment(r.Context(), scopeOf(r.Context()), mux.Vars(r)["id"])
+	v, err := s.Payments.Payment(r.Context(), scopeOf(r), mux.Vars(r)["id"])
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -184,7 +190,7 @@ func (s *server) handleGetPayment(w http.ResponseWriter, r *http.Request) {
 
 // handleListRefunds is GET /v1/payments/{id}/refunds, oldest first.
 func (s *server) handleListRefunds(w http.ResponseWriter, r *http.Request) {
-	rs, err := s.Payments.Refunds(r.Context(), scopeOf(r.Context()), mux.Vars(r)["id"])
+	rs, err := s.Payments.Refunds(r.Context(), scopeOf(r), mux.Vars(r)["id"])
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -31,6 +31,8 @@ type Options struct {
 	// BusyTimeout is how long a write waits for another process holding the
 	// file (an operator's CLI) before failing as unavailable. Default 5s.
 	BusyTimeout time.Duration
+	// Now is the clock the view of the API keys ages by. Default time.Now.
+	Now func() time.Time
 }
 
 // DB is oncepay's SQLite database: one writer connection fed by a group
@@ -40,6 +42,7 @@ type DB struct {
 	writer *groupcommit.Writer // the only writer on w
 	dsn    string              // the writer's, for Backup
 	stmt   statements
+	keys   *keyView // the live API keys, so a request reads no table to authenticate
 }
 
 // ErrClosed is returned by writes after Close.
@@ -49,6 +52,9 @@ var ErrClosed = &payment.Error{Code: payment.EUNAVAILABLE, Message: "The service
 func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 5 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	// The file holds payments and API key hashes: readable by its owner only.
 	if err := private.SQLite(path); err != nil {
@@ -94,7 +100,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		r.Close()
 		return nil, err
 	}
-	return &DB{w: w, r: r, dsn: path + "?" + wq, stmt: stmt,
+	return &DB{w: w, r: r, dsn: path + "?" + wq, stmt: stmt, keys: &keyView{now: opts.Now},
 		writer: groupcommit.New(w, groupcommit.Options{MaxBatch: opts.MaxBatch, MaxWait: opts.MaxWait})}, nil
 }
 
