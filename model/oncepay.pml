@@ -40,6 +40,8 @@
  * | charge           | payment.(payments).move         | p.s.Provider.Charge(ctx, ChargeRequest{             |
  * | release          | payment.(*Service).own          | s.Store.Release(ctx, a.Scope, a.Key, a.Fence        |
  * | release          | sqlitestore.releaseSQL          | status = 'in_progress' AND fence = ?                |
+ * | lease-bound      | payment.(*Service).own          | min(s.ProviderTimeout, a.LeaseExpiresAt.Sub(s.Now() |
+ * | lease-bound      | payment.(*Service).own          | case budget <= 0:                                   |
  * | record           | payment.(*Service).own          | s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o      |
  * | record           | sqlitestore.recordSQL           | status = 'in_progress' AND fence = ?                |
  * | settled          | payment.(*Service).settled      | cur, err := s.Store.Answer(ctx, a.Scope, a.Key)     |
@@ -96,10 +98,11 @@
  *   progress without a live lease, a superset of what Stale returns. A
  *   client told 409 asks again once the row or its lease changed; asking
  *   while nothing changed gets the same 409.
- *   A1 is what the code cannot fully promise: Service.charge starts the
- *   provider deadline when it is entered, so an owner paused for longer than
- *   stale-after between its claim and its provider call could charge after
- *   reconcile recorded "not completed". STALL_BEFORE_CHARGE is that.
+ *   A1 is kept by the code: the provider deadline ends with the owner's
+ *   lease, and an owner whose lease ended before its call (paused between
+ *   its claim and its call) does not call at all (step lease-bound). Without
+ *   that, STALL_BEFORE_CHARGE: the paused owner charges after reconcile
+ *   recorded "not completed".
  *
  * Bounds: NCLIENTS clients; MAXCRASH deaths of a request or of reconcile;
  * MAXFAULTS provider faults (answer lost after charging, failure before
@@ -453,7 +456,7 @@ reset:
 #endif
 
 /* A live owner stalls (a pause, a busy database) and its lease runs out;
- * A1: never while it is still in its provider calls. */
+ * A1: never while it is still in its provider calls [lease-bound]. */
 active proctype Clock() {
 end:
 	do

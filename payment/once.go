@@ -86,7 +86,7 @@ func (s *Service) duplicate(ctx context.Context, req Attempt, ans *Answer) (Resu
 		return s.settled(ctx, *cur)
 	}
 	s.Log.Info("took over abandoned attempt", "kind", cur.Kind, "id", cur.ID, "fence", fence)
-	cur.Fence = fence
+	cur.Fence, cur.LeaseExpiresAt = fence, now.Add(s.Lease)
 	return s.own(ctx, *cur, true)
 }
 
@@ -96,17 +96,23 @@ func (s *Service) duplicate(ctx context.Context, req Attempt, ans *Answer) (Resu
 func (s *Service) own(ctx context.Context, a Attempt, lookupFirst bool) (Result, error) {
 	op := s.operation(a.Kind)
 	// A client that hangs up must not abandon a call in flight, nor the
-	// record of its answer. One deadline covers both provider calls, so the
-	// lease (longer than ProviderTimeout) outlasts them.
+	// record of its answer. One deadline covers both provider calls, and it
+	// ends with the lease: past the lease a retry may take the attempt over
+	// and reconcile may settle it, so an owner paused between its claim and
+	// its call (a stalled process) must not call the provider at all.
 	ctx = context.WithoutCancel(ctx)
-	pctx, cancel := context.WithTimeout(ctx, s.ProviderTimeout)
+	budget := min(s.ProviderTimeout, a.LeaseExpiresAt.Sub(s.Now()))
+	pctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	var (
 		o     Outcome
 		found bool
 		err   error
 	)
-	if lookupFirst {
+	switch {
+	case budget <= 0:
+		err = errLeaseRanOut
+	case lookupFirst:
 		o, found, err = op.find(pctx, a)
 	}
 	if err == nil && !found {
@@ -136,6 +142,10 @@ func (s *Service) own(ctx context.Context, a Attempt, lookupFirst bool) (Result,
 	}
 	return Result{Status: o.ResponseStatus, Body: o.ResponseBody}, nil
 }
+
+// errLeaseRanOut: the owner's lease ended before it asked the provider
+// anything, so it asks nothing; the retry takes over and asks.
+var errLeaseRanOut = errors.New("the lease ran out before the provider was called")
 
 // movedPoint names the crash point between the provider moving money and
 // the record of it: after-charge, after-refund.
