@@ -173,9 +173,9 @@ type Purger struct {
 }
 
 // NewPurger returns p with its defaults set (Now time.Now, BatchSize 1000,
-// EventRetention 7 days) and its configuration checked: a zero BatchSize would delete nothing in a
-// loop that never ends, and a retention of zero would forget every key at
-// once.
+// EventRetention 7 days) and its configuration checked: a zero BatchSize
+// would delete nothing in a loop that never ends, and a retention of zero
+// would forget every key at once.
 func NewPurger(p Purger) (*Purger, error) {
 	if p.Store == nil {
 		return nil, errors.New("payment: purger: no Store")

@@ -121,6 +121,7 @@ func (s *server) row(a payment.ListedAttempt, now time.Time) attemptRow {
 	}
 }
 
+// statusText is a status as the pages write it.
 func statusText(st payment.Status) string {
 	return map[payment.Status]string{payment.InProgress: "in progress", payment.Succeeded: "succeeded", payment.Failed: "failed"}[st]
 }
@@ -242,7 +243,8 @@ type attemptPage struct {
 	Request, Response string
 	Lease             string
 	DownstreamKey     string
-	// Payment is the payment the attempt made, or refunds; nil once purged.
+	// Payment is the payment the attempt made, or the one it refunds; nil
+	// once the payment retention has deleted it.
 	Payment *paymentPanel
 }
 
