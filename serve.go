@@ -43,6 +43,7 @@ type config struct {
 	staleAfter        time.Duration
 	retention         time.Duration
 	paymentRetention  time.Duration
+	eventRetention    time.Duration
 	adminToken        string
 	adminTokenFile    string
 	reconcileSchedule string
@@ -85,6 +86,7 @@ func (c *config) registerServe(fs *flag.FlagSet) {
 func (c *config) registerRetention(fs *flag.FlagSet) {
 	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long final attempts (and so their keys) are kept")
 	fs.DurationVar(&c.paymentRetention, "payment-retention", 0, "how long payments and their refunds are kept after their keys (0: always); at least --retention")
+	fs.DurationVar(&c.eventRetention, "event-retention", payment.DefaultEventRetention, "how long final webhook events (processed, ignored) are kept; longer than the provider redelivers (Stripe: 3 days) answers a late copy as a duplicate")
 }
 
 func (c *config) validate() error {
@@ -258,7 +260,10 @@ func (a *app) reconciler(c *config) (*payment.Reconciler, error) {
 }
 
 func newPurger(db *sqlitestore.DB, c *config) (*payment.Purger, error) {
-	p, err := payment.NewPurger(payment.Purger{Store: db, Retention: c.retention, PaymentRetention: c.paymentRetention})
+	if c.eventRetention <= 0 {
+		return nil, fmt.Errorf("--event-retention (%s) must be positive", c.eventRetention)
+	}
+	p, err := payment.NewPurger(payment.Purger{Store: db, Retention: c.retention, PaymentRetention: c.paymentRetention, EventRetention: c.eventRetention})
 	if err != nil {
 		return nil, fmt.Errorf("--retention: %w", err)
 	}

@@ -26,6 +26,7 @@ type Metrics struct {
 	provider  *prometheus.HistogramVec
 	reconcile *prometheus.CounterVec
 	purged    prometheus.Counter
+	purgedEvs prometheus.Counter
 	webhooks  *prometheus.CounterVec
 }
 
@@ -54,6 +55,10 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 			Name: "oncepay_purge_deleted_total",
 			Help: "Final attempts deleted by purge after the retention.",
 		}),
+		purgedEvs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "oncepay_purge_events_deleted_total",
+			Help: "Final webhook events (processed, ignored) deleted by purge after the event retention.",
+		}),
 		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_webhook_events_total",
 			Help: "Provider event deliveries and tries by provider, event type (empty if unverified) and outcome: processed, ignored, failed, duplicate, busy, error, invalid, too_large.",
@@ -66,7 +71,7 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 	for _, o := range []string{"succeeded", "failed", "unknown"} {
 		m.reconcile.WithLabelValues(o) // present at zero from the start
 	}
-	m.registry.MustRegister(m.requests, m.refunds, m.provider, m.reconcile, m.purged, m.webhooks,
+	m.registry.MustRegister(m.requests, m.refunds, m.provider, m.reconcile, m.purged, m.purgedEvs, m.webhooks,
 		&inProgressCollector{fn: inProgress, now: now},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -108,7 +113,10 @@ func (m *Metrics) WebhookEvent(provider, eventType, outcome string) {
 }
 
 // Purged counts what one purge run deleted.
-func (m *Metrics) Purged(r payment.PurgeResult) { m.purged.Add(float64(r.Deleted)) }
+func (m *Metrics) Purged(r payment.PurgeResult) {
+	m.purged.Add(float64(r.Deleted))
+	m.purgedEvs.Add(float64(r.EventsDeleted))
+}
 
 // inProgressCollector asks the store at each scrape, so the gauges are
 // never stale and cost nothing between scrapes.

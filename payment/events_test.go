@@ -300,3 +300,66 @@ func TestEventRetriedThenParked(t *testing.T) {
 		t.Fatalf("Redeliver of a processed event = %v, want invalid", err)
 	}
 }
+
+// An event past the event retention is purged; a redelivery of it is then
+// a new event and is applied again. That changes nothing: applying goes
+// through the fenced record, which never changes a final answer, and an
+// event for an attempt itself purged is ignored.
+func TestPurgedEventRedeliveredChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	f := newInboxFixture(t)
+	a, c := f.lostResponse(t, "k-purged")
+	settled := succeededEvent("evt_settled", a, c)
+	contrary := payment.Event{Provider: "sim", ID: "evt_contrary", Type: "charge.failed", Kind: payment.EventFailed,
+		PaymentID: a.ID, DownstreamKey: payment.DownstreamKey("demo", "k-purged"), DeclineCode: "card_declined"}
+	for _, ev := range []payment.Event{settled, contrary} {
+		if _, err := f.inbox.Deliver(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := f.DB.Attempt(ctx, "demo", "k-purged")
+	if before.Status != payment.Succeeded || f.records.won.Load() != 1 {
+		t.Fatalf("attempt = %s after %d records, want succeeded after 1", before.Status, f.records.won.Load())
+	}
+
+	// Events go after an hour; the attempt stays (a retention of 30 days).
+	p, err := payment.NewPurger(payment.Purger{Store: f.DB, Now: f.clock.Now, Retention: 30 * 24 * time.Hour, EventRetention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Add(2 * time.Hour)
+	if res, err := p.RunOnce(ctx); err != nil || res.EventsDeleted != 2 || res.Deleted != 0 {
+		t.Fatalf("RunOnce = %+v, %v; want both events deleted and no attempt", res, err)
+	}
+	redeliver := func(ev payment.Event, want payment.EventState) {
+		t.Helper()
+		d, err := f.inbox.Deliver(ctx, ev)
+		if err != nil || d.Duplicate || d.State != want {
+			t.Fatalf("redelivery of purged %s = %+v, %v; want a new event, %s", ev.ID, d, err, want)
+		}
+	}
+	redeliver(settled, payment.EventProcessed) // agrees with the record: nothing to do
+	redeliver(contrary, payment.EventIgnored)  // disagrees: never changes a final answer
+	after, _ := f.DB.Attempt(ctx, "demo", "k-purged")
+	if after.Status != before.Status || after.ChargeID != before.ChargeID || after.Fence != before.Fence ||
+		string(after.ResponseBody) != string(before.ResponseBody) || !after.UpdatedAt.Equal(before.UpdatedAt) {
+		t.Errorf("attempt changed by a redelivered event: %+v, was %+v", after, before)
+	}
+	if got := f.records.won.Load(); got != 1 {
+		t.Errorf("records won = %d, want still 1", got)
+	}
+
+	// Once the attempt itself is purged, a redelivery names a payment the
+	// inbox cannot settle: ignored.
+	f.clock.Add(31 * 24 * time.Hour)
+	if res, err := p.RunOnce(ctx); err != nil || res.EventsDeleted != 2 || res.Deleted != 1 {
+		t.Fatalf("RunOnce = %+v, %v; want both events and the attempt deleted", res, err)
+	}
+	redeliver(settled, payment.EventIgnored)
+	if n := len(f.Ledger(t)[payment.DownstreamKey("demo", "k-purged")]); n != 1 {
+		t.Errorf("ledger holds %d charges, want 1", n)
+	}
+	if got := f.records.won.Load(); got != 1 {
+		t.Errorf("records won = %d, want still 1", got)
+	}
+}

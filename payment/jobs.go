@@ -1,6 +1,7 @@
 package payment
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,11 @@ const (
 	DefaultStaleAfter     = 5 * time.Minute
 	DefaultReconcileLimit = 1000
 	DefaultPurgeBatchSize = 1000
+	// DefaultEventRetention is how long a final provider event stays in the
+	// inbox: past Stripe's redelivery window (up to 3 days), so a late
+	// redelivery is answered as a duplicate, with days to spare for an
+	// operator to read it.
+	DefaultEventRetention = 7 * 24 * time.Hour
 )
 
 // Reconciler settles attempts left in progress: their owner died, or its
@@ -134,25 +140,42 @@ func (r *Reconciler) settle(ctx context.Context, a Attempt) (Status, error) {
 	return r.Service.settle(ctx, a)
 }
 
+// PurgeStore is what the Purger deletes from: the keys' records, the
+// payments past their own retention, and the inbox's final events.
+type PurgeStore interface {
+	Purge(ctx context.Context, before time.Time, limit int) (int, error)
+	PurgePayments(ctx context.Context, before time.Time, limit int) (int, error)
+	// PurgeEvents deletes up to limit final events (processed, ignored) last
+	// updated before before, never one still to be applied, and returns how
+	// many.
+	PurgeEvents(ctx context.Context, before time.Time, limit int) (int, error)
+}
+
 // Purger deletes final attempts older than the retention, in batches, so
-// the table stays small and no transaction holds the writer for long.
+// the table stays small and no transaction holds the writer for long; and
+// so the payments past their retention and the inbox's final events.
 // Build it with NewPurger.
 type Purger struct {
-	Store     Store
+	Store     PurgeStore
 	Now       func() time.Time
 	Retention time.Duration
 	// PaymentRetention is how long a payment and its refunds are kept after
 	// the last change; 0 keeps them. It must be at least Retention.
 	PaymentRetention time.Duration
-	BatchSize        int
+	// EventRetention is how long a final provider event is kept after it
+	// became final; 0 is DefaultEventRetention. A redelivery of an event
+	// purged is applied again, which changes nothing: applying goes through
+	// the fenced record, and a final answer is never changed.
+	EventRetention time.Duration
+	BatchSize      int
 	// Observe, if set, is told what every run did.
 	Observe func(PurgeResult)
 }
 
-// NewPurger returns p with its defaults set (Now time.Now, BatchSize 1000)
-// and its configuration checked: a zero BatchSize would delete nothing in a
-// loop that never ends, and a retention of zero would forget every key at
-// once.
+// NewPurger returns p with its defaults set (Now time.Now, BatchSize 1000,
+// EventRetention 7 days) and its configuration checked: a zero BatchSize
+// would delete nothing in a loop that never ends, and a retention of zero
+// would forget every key at once.
 func NewPurger(p Purger) (*Purger, error) {
 	if p.Store == nil {
 		return nil, errors.New("payment: purger: no Store")
@@ -162,6 +185,12 @@ func NewPurger(p Purger) (*Purger, error) {
 	}
 	if p.BatchSize == 0 {
 		p.BatchSize = DefaultPurgeBatchSize
+	}
+	if p.EventRetention == 0 {
+		p.EventRetention = DefaultEventRetention
+	}
+	if p.EventRetention < 0 {
+		return nil, fmt.Errorf("payment: purger: EventRetention %s is negative", p.EventRetention)
 	}
 	if p.Retention <= 0 {
 		return nil, fmt.Errorf("payment: purger: Retention %s must be positive", p.Retention)
@@ -176,19 +205,25 @@ func NewPurger(p Purger) (*Purger, error) {
 type PurgeResult struct {
 	Deleted         int
 	PaymentsDeleted int       // payments (with their refunds) past the payment retention
+	EventsDeleted   int       // final provider events past the event retention
 	Before          time.Time // attempts final before this were deleted
 }
 
 func (r PurgeResult) String() string {
 	s := fmt.Sprintf("purge: deleted %d final attempts last updated before %s", r.Deleted, r.Before.UTC().Format(time.RFC3339))
+	if r.EventsDeleted > 0 {
+		s += fmt.Sprintf(", %d final webhook events past the event retention", r.EventsDeleted)
+	}
 	if r.PaymentsDeleted > 0 {
 		s += fmt.Sprintf(", and %d payments past the payment retention", r.PaymentsDeleted)
 	}
 	return s
 }
 
-// RunOnce deletes every final attempt older than the retention, batch by
-// batch until a batch comes back short.
+// RunOnce deletes every final attempt older than the retention, then every
+// final event older than the event retention, then (if they are not kept)
+// the payments older than the payment retention, each batch by batch until
+// a batch comes back short.
 func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 	if p.BatchSize < 1 || p.Now == nil {
 		return res, errors.New("payment: purger: BatchSize or Now is not set; build it with NewPurger")
@@ -205,25 +240,33 @@ func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 	if p.PaymentRetention != 0 && p.PaymentRetention < p.Retention {
 		return res, fmt.Errorf("purge: the payment retention (%s) must be 0 (kept) or at least the key retention (%s)", p.PaymentRetention, p.Retention)
 	}
-	for {
-		n, err := p.Store.Purge(ctx, res.Before, p.BatchSize)
-		res.Deleted += n
-		if err != nil {
-			return res, err
-		}
-		if n < p.BatchSize {
-			break
-		}
+	if p.EventRetention < 0 {
+		return res, fmt.Errorf("purge: the event retention (%s) is negative", p.EventRetention)
 	}
-	if p.PaymentRetention <= 0 {
-		return res, nil
+	n, err := purgeBatches(ctx, p.Store.Purge, res.Before, p.BatchSize)
+	res.Deleted = n
+	if err != nil {
+		return res, err
 	}
-	before := p.Now().Add(-p.PaymentRetention)
+	eventRetention := cmp.Or(p.EventRetention, DefaultEventRetention) // built by hand: never zero
+	n, err = purgeBatches(ctx, p.Store.PurgeEvents, p.Now().Add(-eventRetention), p.BatchSize)
+	res.EventsDeleted = n
+	if err != nil || p.PaymentRetention <= 0 {
+		return res, err
+	}
+	res.PaymentsDeleted, err = purgeBatches(ctx, p.Store.PurgePayments, p.Now().Add(-p.PaymentRetention), p.BatchSize)
+	return res, err
+}
+
+// purgeBatches deletes batch by batch until a batch comes back short
+// (river's JobCleaner), so no transaction holds the writer for long.
+func purgeBatches(ctx context.Context, purge func(context.Context, time.Time, int) (int, error), before time.Time, batch int) (int, error) {
+	total := 0
 	for {
-		n, err := p.Store.PurgePayments(ctx, before, p.BatchSize)
-		res.PaymentsDeleted += n
-		if err != nil || n < p.BatchSize {
-			return res, err
+		n, err := purge(ctx, before, batch)
+		total += n
+		if err != nil || n < batch {
+			return total, err
 		}
 	}
 }

@@ -270,4 +270,7 @@ type AdminStore interface {
 	CountStale(ctx context.Context, updatedBefore, now time.Time) (int, error)
 	// AttemptByPaymentID finds an attempt by payment id in any scope.
 	AttemptByPaymentID(ctx context.Context, id string) (*ListedAttempt, error)
+	// Payment and Refunds are Store's: what an attempt's payment holds.
+	Payment(ctx context.Context, scope, id string) (*Payment, error)
+	Refunds(ctx context.Context, scope, paymentID string) ([]Refund, error)
 }

@@ -11,7 +11,10 @@ import (
 	"github.com/oncepay/oncepay/payment"
 )
 
-var _ payment.EventStore = (*DB)(nil)
+var (
+	_ payment.EventStore = (*DB)(nil)
+	_ payment.PurgeStore = (*DB)(nil)
+)
 
 // The inbox's statements run through write, unprepared: events come at the
 // rate of payments at most, and their parse cost is no hot path's.
@@ -121,4 +124,14 @@ func scanEvent(row scanner) (*payment.InboxEvent, error) {
 	e.Result, e.LastError = result.String, lastErr.String
 	e.ReceivedAt, e.UpdatedAt = time.UnixMilli(received).UTC(), time.UnixMilli(updated).UTC()
 	return &e, nil
+}
+
+// PurgeEvents deletes up to limit final events (processed, ignored) last
+// updated before before. An event still to be applied (received,
+// processing, failed) is never deleted: its sender or an operator needs it.
+func (db *DB) PurgeEvents(ctx context.Context, before time.Time, limit int) (int, error) {
+	n, err := db.update(ctx, `DELETE FROM webhook_events WHERE rowid IN (
+		SELECT rowid FROM webhook_events
+		WHERE state IN ('processed', 'ignored') AND updated_at < ? LIMIT ?)`, ms(before), limit)
+	return int(n), err
 }
