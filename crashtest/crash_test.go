@@ -7,6 +7,7 @@
 //
 //	ONCEPAY_CRASH_POINT  after-claim   the claim is committed, the provider not yet called
 //	                     after-charge  the provider charged, nothing recorded yet
+//	                     after-refund  the provider refunded, nothing recorded yet
 //	                     in-record     the record's UPDATE ran, its transaction not committed
 //	                     after-record  the record is committed, the client not yet answered
 //	                     in-event      a provider event is stored and begun, not yet applied

@@ -168,6 +168,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	refunded := refund(createdID, "spec-refund", `{"amount":100,"reason":"requested_by_customer"}`)
 	var declinedProblem payment.Problem
 	json.Unmarshal(pay("spec-declined", declined).Body, &declinedProblem)
+	refundDeclined, refundNotCompleted := refundProblems(t, e, scope, pay("spec-refunded-elsewhere", visa), refund)
 
 	tests := []struct {
 		name         string
@@ -203,6 +204,8 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"refund exceeds", "POST", refunds, refund(createdID, "spec-refund-big", `{"amount":99999999}`), 409, payment.ProblemRefundExceeds},
 		{"refund of a declined payment", "POST", "/v1/payments/" + declinedProblem.PaymentID + "/refunds", refund(declinedProblem.PaymentID, "spec-refund-declined", `{}`), 409, payment.ProblemNotRefundable},
 		{"refund of an unknown payment", "POST", "/v1/payments/pay_NOPE/refunds", refund("pay_NOPE", "spec-refund-nope", `{}`), 404, payment.ProblemNotFound},
+		{"refund declined", "POST", refunds, refundDeclined, 402, payment.ProblemRefundDeclined},
+		{"refund not completed", "POST", refunds, refundNotCompleted, 402, payment.ProblemRefundNotDone},
 		{"refund invalid", "POST", refunds, refund(createdID, "spec-refund-bad", `{"amount":-5}`), 400, payment.ProblemInvalidRequest},
 		{"list refunds", "GET", refunds, get(refunds), 200, ""},
 		{"get refunded", "GET", "/v1/payments/" + createdID, get("/v1/payments/" + createdID), 200, ""},
@@ -292,9 +295,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		payment.ProblemKeyExpired, payment.ProblemNotRefundable, payment.ProblemRefundExceeds,
 		payment.ProblemRefundDeclined, payment.ProblemRefundNotDone,
 	}
-	// Answered in refunds_test.go (they need a refusing provider or an
-	// abandoned refund), not yet validated against the spec here.
-	notScripted := []string{payment.ProblemInternal, payment.ProblemRefundDeclined, payment.ProblemRefundNotDone}
+	notScripted := []string{payment.ProblemInternal}
 	var specTypes []string
 	for _, v := range s.doc.Components.Schemas["ProblemType"].Value.Enum {
 		specTypes = append(specTypes, v.(string))
@@ -353,6 +354,42 @@ func notCompleted(t *testing.T, e *env, scope, key string, headers []string) res
 		t.Fatalf("Record = %v, %v", ok, err)
 	}
 	return e.pay(key, visa, headers...)
+}
+
+// refundProblems answers the two refund problems only the provider or
+// reconcile give, on the payment paid made: the provider declining a refund
+// (the payment was refunded in full at the provider, outside oncepay, so
+// oncepay still sees it all left), and a retry of a refund abandoned before
+// the provider made it, which reconcile settled as not completed.
+func refundProblems(t *testing.T, e *env, scope string, paid response, refund func(id, key, body string) response) (declined, notCompleted response) {
+	t.Helper()
+	ctx := context.Background()
+	if paid.Status != 201 {
+		t.Fatalf("pay = %d %s", paid.Status, paid.Body)
+	}
+	id := paid.payment(t).ID
+	p, err := e.DB.Payment(ctx, scope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Sim.Refund(ctx, payment.ProviderRefundRequest{IdempotencyKey: "refunded-at-the-provider",
+		ChargeID: p.ChargeID, Amount: p.Amount, Currency: p.Currency}); err != nil {
+		t.Fatal(err)
+	}
+	declined = refund(id, "spec-refund-refused", `{}`)
+
+	req, err := payment.ParseRefundRequest(id, []byte(`{"amount":100}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := payment.NewRefundAttempt(scope, "spec-refund-abandoned", req, time.Now().Add(-time.Hour), 0)
+	if ok, err := e.DB.Claim(ctx, &a); !ok || err != nil {
+		t.Fatalf("Claim = %v, %v", ok, err)
+	}
+	if res, err := e.Reconciler.RunOnce(ctx); err != nil || res.Failed != 1 {
+		t.Fatalf("reconcile = %+v, %v; want the abandoned refund settled as not completed", res, err)
+	}
+	return declined, refund(id, "spec-refund-abandoned", `{"amount":100}`)
 }
 
 // Requests the spec itself says are wrong are answered as the spec says, so

@@ -98,8 +98,9 @@ type Faults struct {
 	// DropBefore closes the connection at once, unanswered, and goes on
 	// creating the PaymentIntent: a retry meanwhile gets 409.
 	DropBefore func(key string) bool
-	// DropAfter creates the PaymentIntent, saves the answer, and closes the
-	// connection unanswered: the lost response.
+	// DropAfter creates the PaymentIntent or Refund, saves the answer, and
+	// closes the connection unanswered: the lost response. It is asked again
+	// for each replay of the saved answer, which it may lose too.
 	DropAfter func(key string) bool
 	// Inject answers any request with (status, body) when ok, before
 	// anything else happens: nothing is created or saved.
@@ -119,6 +120,7 @@ type Counts struct {
 	Dropped        int               // connections closed unanswered
 	IntentsByKey   map[string]int    // PaymentIntents per oncepay_key
 	SucceededByKey map[string]string // the succeeded PaymentIntent's id per oncepay_key
+	RefundsByKey   map[string]int    // Refunds per oncepay_key
 }
 
 // Counts returns the fake's figures so far.
@@ -127,13 +129,16 @@ func (f *Fake) Counts() Counts {
 	defer f.mu.Unlock()
 	c := Counts{Attempts: f.attempts, Created: f.created, SearchQueries: f.searchQueries, ListQueries: f.listQueries,
 		Conflicts: f.conflicts, Dropped: f.dropped,
-		IntentsByKey: map[string]int{}, SucceededByKey: map[string]string{}}
+		IntentsByKey: map[string]int{}, SucceededByKey: map[string]string{}, RefundsByKey: map[string]int{}}
 	for _, pi := range f.intents {
 		k := pi.Metadata["oncepay_key"]
 		c.IntentsByKey[k]++
 		if pi.Status == "succeeded" {
 			c.SucceededByKey[k] = pi.ID
 		}
+	}
+	for _, r := range f.refunds {
+		c.RefundsByKey[r.Metadata["oncepay_key"]]++
 	}
 	return c
 }
@@ -197,12 +202,20 @@ func (f *Fake) idempotent(w http.ResponseWriter, r *http.Request, create func(fo
 			Message: "There is currently another in-progress request using this Idempotent Key."})
 		return
 	}
+	moves := r.URL.Path == "/v1/payment_intents" || r.URL.Path == "/v1/refunds"
 	if s, ok := f.saved[ikey]; ok {
+		drop := f.faults.DropAfter
 		f.mu.Unlock()
 		if s.params != params {
 			writeError(w, http.StatusBadRequest, apiError{Type: "idempotency_error",
 				Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."})
 			return
+		}
+		if moves && drop != nil && drop(ikey) && hangUp(w) {
+			f.mu.Lock()
+			f.dropped++
+			f.mu.Unlock()
+			return // the saved answer is lost again
 		}
 		w.Header().Set("Idempotent-Replayed", "true")
 		writeRaw(w, s.status, s.body)
@@ -226,7 +239,7 @@ func (f *Fake) idempotent(w http.ResponseWriter, r *http.Request, create func(fo
 	f.saved[ikey] = savedResponse{params: params, status: status, body: body}
 	delete(f.inFlight, ikey)
 	f.mu.Unlock()
-	if dropped || intents && fs.DropAfter != nil && fs.DropAfter(ikey) && hangUp(w) {
+	if dropped || moves && fs.DropAfter != nil && fs.DropAfter(ikey) && hangUp(w) {
 		f.mu.Lock()
 		f.dropped++
 		f.mu.Unlock()

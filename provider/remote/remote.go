@@ -59,11 +59,8 @@ func (c *Client) Charge(ctx context.Context, req payment.ChargeRequest) (payment
 		return payment.Charge{}, fmt.Errorf("remote: charge: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	// With this header net/http may resend the request once if a reused
-	// connection breaks before any response; the provider dedupes on the key,
-	// so that is safe.
 	hreq.Header.Set("Idempotency-Key", req.IdempotencyKey)
-	status, b, err := c.do(hreq)
+	status, b, err := c.doOnce(hreq)
 	if err != nil {
 		return payment.Charge{}, fmt.Errorf("remote: charge: %w", err)
 	}
@@ -110,8 +107,8 @@ func (c *Client) Refund(ctx context.Context, req payment.ProviderRefundRequest) 
 		return payment.ProviderRefund{}, fmt.Errorf("remote: refund: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Idempotency-Key", req.IdempotencyKey) // the provider dedupes a resend
-	status, b, err := c.do(hreq)
+	hreq.Header.Set("Idempotency-Key", req.IdempotencyKey)
+	status, b, err := c.doOnce(hreq)
 	if err != nil {
 		return payment.ProviderRefund{}, fmt.Errorf("remote: refund: %w", err)
 	}
@@ -172,6 +169,18 @@ func decodeRefund(op string, b []byte) (payment.ProviderRefund, error) {
 		return payment.ProviderRefund{}, fmt.Errorf("remote: %s: provider sent no readable refund", op)
 	}
 	return r, nil
+}
+
+// doOnce sends req, a call that moves money, at most once. With an
+// Idempotency-Key header and a body it can rewind, net/http resends a request
+// whose reused connection broke before any answer: a lost response would
+// reach the provider twice, and only its dedupe, which may be weaker than
+// promised, would stand between that and a second charge or refund. Without
+// GetBody it cannot resend; the outcome is unknown and oncepay's own retry
+// asks the provider first.
+func (c *Client) doOnce(req *http.Request) (int, []byte, error) {
+	req.GetBody = nil
+	return c.do(req)
 }
 
 // do sends req and reads the whole response, which also frees the connection

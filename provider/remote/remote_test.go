@@ -193,3 +193,32 @@ func TestKeyReusedIsDefinitive(t *testing.T) {
 		}
 	}
 }
+
+// A charge or refund whose answer is lost reaches the provider once: the
+// client does not resend it on a reused connection that broke, even with the
+// provider's dedupe off.
+func TestLostAnswerIsNotResent(t *testing.T) {
+	s, url := newSim(t, sim.Faults{})
+	c := remote.New(url, 5*time.Second)
+	ctx := context.Background()
+	paid, err := c.Charge(ctx, request("paid", "tok_visa"))
+	if err != nil {
+		t.Fatalf("Charge: %v", err)
+	}
+	mustSetFaults(t, s, sim.Faults{FailAfterCharge: 1, NoDedupe: true})
+	// Each call goes out on the connection the last one left idle.
+	if _, err := c.Charge(ctx, request("lost", "tok_visa")); err == nil {
+		t.Fatal("Charge: no error, want the answer lost")
+	}
+	if _, _, err := c.Lookup(ctx, payment.LookupRequest{IdempotencyKey: "paid"}); err != nil { // a connection to reuse
+		t.Fatalf("Lookup: %v", err)
+	}
+	if _, err := c.Refund(ctx, payment.ProviderRefundRequest{IdempotencyKey: "lost-refund", ChargeID: paid.ID, Amount: 100, Currency: "EUR"}); err == nil {
+		t.Fatal("Refund: no error, want the answer lost")
+	}
+	for _, got := range s.Calls() {
+		if got.Charges > 1 || got.Refunds > 1 {
+			t.Errorf("calls = %+v, want at most one charge or refund under a key", got)
+		}
+	}
+}
