@@ -34,7 +34,7 @@ Usage:
   oncepay demo                  workshop mode: simulated provider, no API keys
   oncepay serve                 the payment API for merchants (API keys required)
   oncepay reconcile             settle stale attempts once, then exit
-  oncepay purge                 delete final attempts past the retention once, then exit
+  oncepay purge                 delete what is past its retention (keys, events) once, then exit
   oncepay sim-provider          the simulated provider as its own HTTP server
   oncepay merchant create NAME  make a merchant: the scope of its payments and keys
   oncepay merchant list         list merchants

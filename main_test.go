@@ -293,8 +293,8 @@ func TestJobSchedules(t *testing.T) {
 		{"off", "off", 0, false},
 		{"every minute", "off", 0, true},
 	} {
-		cfg := &config{reconcileSchedule: tt.reconcile, purgeSchedule: tt.purge}
-		c, err := startJobs(context.Background(), slog.New(slog.DiscardHandler), cfg, &payment.Reconciler{}, &payment.Purger{})
+		cfg := &config{reconcileSchedule: tt.reconcile, purgeSchedule: tt.purge, sweepSchedule: "off"}
+		c, err := startJobs(context.Background(), slog.New(slog.DiscardHandler), cfg, &payment.Reconciler{}, &payment.Purger{}, &payment.Inbox{})
 		if (err != nil) != tt.err {
 			t.Errorf("schedules %q, %q: err = %v, want error %v", tt.reconcile, tt.purge, err, tt.err)
 			continue
@@ -309,7 +309,7 @@ func TestJobSchedules(t *testing.T) {
 }
 
 // A retention of zero would forget every key at once: purge and serve
-// refuse it at construction.
+// refuse it, and a zero event retention, at construction.
 func TestBadRetentionRefused(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "r.db")
 	for _, args := range [][]string{
@@ -319,6 +319,20 @@ func TestBadRetentionRefused(t *testing.T) {
 		err := run(context.Background(), args, env(nil), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), "--retention") {
 			t.Errorf("%v = %v, want an error naming --retention", args, err)
+		}
+	}
+	// An event retention of zero would forget every processed event at once.
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{[]string{"purge", "--db", db, "--event-retention", "0s"}, nil},
+		{[]string{"purge", "--db", db}, map[string]string{"ONCEPAY_EVENT_RETENTION": "-1h"}},
+		{[]string{"serve", "--db", db, "--addr", "127.0.0.1:0"}, map[string]string{"ONCEPAY_EVENT_RETENTION": "0s"}},
+	} {
+		err := run(context.Background(), tt.args, env(tt.env), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--event-retention") {
+			t.Errorf("%v with %v = %v, want an error naming --event-retention", tt.args, tt.env, err)
 		}
 	}
 }
@@ -399,5 +413,45 @@ func TestAdminTokenSources(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("run = %v, want nil after shutdown", err)
+	}
+}
+
+// "oncepay purge" deletes the inbox's final events past --event-retention
+// with the attempts, and says how many.
+func TestPurgeCommandPurgesEvents(t *testing.T) {
+	ctx := context.Background()
+	cfg := config{db: filepath.Join(t.TempDir(), "p.db"), maxBatch: 1}
+	db, err := cfg.openStore(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	for id, state := range map[string]payment.EventState{"evt_done": payment.EventProcessed, "evt_failed": payment.EventFailedState} {
+		e := payment.InboxEvent{Event: payment.Event{Provider: "sim", ID: id, Type: "charge.succeeded"}, State: payment.EventReceived, ReceivedAt: old, UpdatedAt: old}
+		if ok, err := db.ReceiveEvent(ctx, &e); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		fence, ok, err := db.BeginEvent(ctx, "sim", id, 0, old, old.Add(time.Minute))
+		if !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if ok, err := db.FinishEvent(ctx, "sim", id, fence, state, "", "", old); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	db.Close()
+
+	var out bytes.Buffer
+	err = run(ctx, []string{"purge", "--db", cfg.db}, env(map[string]string{"ONCEPAY_EVENT_RETENTION": "1h"}), &out, io.Discard)
+	if err != nil || !strings.Contains(out.String(), ", 1 final webhook events past the event retention") {
+		t.Fatalf("purge = %v, printed %q; want 1 event deleted", err, out.String())
+	}
+	if db, err = cfg.openStore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	evs, err := db.ListEvents(ctx, payment.EventFilter{Limit: 10})
+	if err != nil || len(evs) != 1 || evs[0].ID != "evt_failed" {
+		t.Errorf("inbox after purge = %+v, %v; want only the failed event", evs, err)
 	}
 }

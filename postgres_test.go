@@ -110,11 +110,20 @@ func TestCopyToPostgres(t *testing.T) {
 	if _, ok, err := src.TakeOver(ctx, scope, "in-flight", 1, now.Add(2*time.Hour), now.Add(3*time.Hour)); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
+	refund := payment.NewRefundAttempt(scope, "refund", payment.RefundRequest{PaymentID: final.ID, Amount: 300}, now, time.Hour)
+	if ok, err := src.Claim(ctx, &refund); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	event := &payment.InboxEvent{Event: payment.Event{Provider: "sim", ID: "evt_1", Type: "charge.succeeded", Kind: payment.EventSucceeded, PaymentID: final.ID},
+		State: payment.EventReceived, ReceivedAt: now, UpdatedAt: now}
+	if ok, err := src.ReceiveEvent(ctx, event); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
 	src.Close()
 
 	db := pgtest.URL(t)
 	out := runOK(t, "copy", "--from", file, "--to", db)
-	if want := "2 payments (1 in progress), 2 merchants, 2 API keys, 1 settings"; !strings.Contains(out, want) {
+	if want := "3 attempts (2 in progress), 2 payments, 1 refunds, 1 webhook events, 2 merchants, 2 API keys, 1 settings"; !strings.Contains(out, want) {
 		t.Errorf("copy printed %q, want %q", out, want)
 	}
 	dst, err := pgstore.Open(ctx, db)
@@ -137,6 +146,15 @@ func TestCopyToPostgres(t *testing.T) {
 		!got.CreatedAt.Equal(now) || !bytes.Equal(got.RequestHash, flight.RequestHash) {
 		t.Errorf("copied in-flight attempt = %+v, %v, want fence 2 and its lease", got, err)
 	}
+	if p, err := dst.Payment(ctx, scope, final.ID); err != nil || p.AmountReserved != 300 || p.Status != payment.Succeeded || p.Key != "paid" {
+		t.Errorf("copied payment = %+v, %v, want succeeded with 300 reserved", p, err)
+	}
+	if r, err := dst.Refunds(ctx, scope, final.ID); err != nil || len(r) != 1 || r[0].ID != refund.ID || r[0].Status != payment.InProgress {
+		t.Errorf("copied refunds = %+v, %v, want the one in progress", r, err)
+	}
+	if e, err := dst.InboxEvent(ctx, "sim", "evt_1"); err != nil || e.State != payment.EventReceived || e.PaymentID != final.ID {
+		t.Errorf("copied event = %+v, %v", e, err)
+	}
 	if err := dst.BindProvider(ctx, "sim"); err == nil || !strings.Contains(err.Error(), "http://bank.example") {
 		t.Errorf("BindProvider(another) after the copy = %v, want the copied binding to refuse it", err)
 	}
@@ -154,8 +172,8 @@ func TestCopyToPostgres(t *testing.T) {
 			t.Errorf("oncepay %s succeeded, want a refusal", strings.Join(args, " "))
 		}
 	}
-	if n, _, _ := dst.InProgress(ctx); n != 1 {
-		t.Errorf("in progress after the refused copies = %d, want 1: nothing merged", n)
+	if n, _, _ := dst.InProgress(ctx); n != 2 {
+		t.Errorf("in progress after the refused copies = %d, want 2: nothing merged", n)
 	}
 }
 

@@ -3,6 +3,9 @@
 
 -- One row per (merchant, Idempotency-Key): the claim is the INSERT OR IGNORE
 -- of this primary key, and the final response is stored here for replays.
+-- Every operation that moves money (kind: a payment, a refund) claims here,
+-- so a merchant's keys are one namespace, as at Stripe. Purged after the
+-- retention; the payment or refund it made stays in its own table.
 CREATE TABLE IF NOT EXISTS payment_attempts (
     scope            TEXT    NOT NULL,  -- the merchant id; "demo" in demo mode
     idempotency_key  TEXT    NOT NULL,
@@ -20,6 +23,10 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
     failure_code     TEXT,
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL,
+    -- Added after the first release (migrate.go adds them to older files).
+    kind             TEXT    NOT NULL DEFAULT 'payment' CHECK (kind IN ('payment', 'refund')),
+    payment_id       TEXT,              -- a refund's payment
+    details          BLOB,              -- what the payment or refund keeps (JSON)
     PRIMARY KEY (scope, idempotency_key)
 );
 
@@ -31,6 +38,48 @@ CREATE INDEX IF NOT EXISTS payment_attempts_status_updated
 -- No more indexes: each costs every claim or record a page write. The admin
 -- page lists newest first by id (ids lead with the time) and finds a charge
 -- id by scanning, which the retention keeps cheap.
+
+-- Payments outlive their keys: a row per payment, made by its claim and
+-- settled by its record, kept for the payment retention (default: always).
+-- key_hash (SHA-256 of the Idempotency-Key) tells a late retry of a purged
+-- key apart from a new payment. The refundable amount is checked and
+-- reserved in one guarded UPDATE; the CHECK holds the invariant whatever
+-- the code does.
+CREATE TABLE IF NOT EXISTS payments (
+    id              TEXT    PRIMARY KEY,  -- pay_...
+    scope           TEXT    NOT NULL,
+    key_hash        BLOB    NOT NULL,
+    amount          INTEGER NOT NULL,
+    currency        TEXT    NOT NULL,
+    status          TEXT    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed')),
+    charge_id       TEXT,
+    failure_code    TEXT,
+    amount_refunded INTEGER NOT NULL DEFAULT 0,  -- refunds that succeeded
+    amount_reserved INTEGER NOT NULL DEFAULT 0,  -- refunds in progress
+    details         BLOB,                         -- description and metadata (JSON)
+    created_at      INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL,
+    UNIQUE (scope, key_hash),
+    CHECK (amount_refunded >= 0 AND amount_reserved >= 0 AND amount_refunded + amount_reserved <= amount)
+);
+
+-- Refunds, kept as long as their payment.
+CREATE TABLE IF NOT EXISTS refunds (
+    id                 TEXT    PRIMARY KEY,  -- re_...
+    scope              TEXT    NOT NULL,
+    payment_id         TEXT    NOT NULL REFERENCES payments (id),
+    key_hash           BLOB    NOT NULL,
+    amount             INTEGER NOT NULL CHECK (amount > 0),
+    currency           TEXT    NOT NULL,
+    status             TEXT    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed')),
+    provider_refund_id TEXT,
+    failure_code       TEXT,
+    details            BLOB,                 -- the reason (JSON)
+    created_at         INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL,
+    UNIQUE (scope, key_hash)
+);
+CREATE INDEX IF NOT EXISTS refunds_payment ON refunds (payment_id, created_at);
 
 -- Merchants: the scope of payments. A merchant keeps its idempotency keys
 -- and payments across API key rotations. A merchant made from an API key by
@@ -60,3 +109,29 @@ CREATE TABLE IF NOT EXISTS settings (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+
+-- The inbox of provider events (webhooks), one row per (provider, event id):
+-- the INSERT OR IGNORE of this primary key is the dedupe of redeliveries,
+-- and state, fence and lease say who may apply the event, as for attempts.
+-- received -> processing -> processed | failed | ignored; failed is tried
+-- again (by a redelivery, the sweep or an operator) up to a bound.
+CREATE TABLE IF NOT EXISTS webhook_events (
+    provider         TEXT    NOT NULL,  -- "stripe", "sim"
+    event_id         TEXT    NOT NULL,  -- the provider's event id
+    type             TEXT    NOT NULL,  -- the provider's event type
+    event            BLOB    NOT NULL,  -- the verified event, as oncepay reads it (JSON)
+    payment_id       TEXT,              -- the attempt it names, if any
+    state            TEXT    NOT NULL CHECK (state IN ('received', 'processing', 'processed', 'failed', 'ignored')),
+    attempts         INTEGER NOT NULL,  -- processing tries begun
+    fence            INTEGER NOT NULL,  -- bumped by every try; guards its finish
+    lease_expires_at INTEGER,           -- set while processing
+    result           TEXT,              -- what applying it did
+    last_error       TEXT,
+    received_at      INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL,
+    PRIMARY KEY (provider, event_id)
+);
+
+-- The sweep finds stranded events, the admin page lists by state.
+CREATE INDEX IF NOT EXISTS webhook_events_state_updated
+    ON webhook_events (state, updated_at);

@@ -33,6 +33,8 @@ type config struct {
 	provider          string
 	stripeURL         string
 	stripeKey         string // only ever from STRIPE_SECRET_KEY, never a flag
+	stripeWebhookKey  string // only ever from STRIPE_WEBHOOK_SECRET, never a flag
+	simWebhookSecret  string
 	demo              bool
 	simDB             string
 	simFaults         sim.Faults
@@ -42,10 +44,13 @@ type config struct {
 	batchWait         time.Duration
 	staleAfter        time.Duration
 	retention         time.Duration
+	paymentRetention  time.Duration
+	eventRetention    time.Duration
 	adminToken        string
 	adminTokenFile    string
 	reconcileSchedule string
 	purgeSchedule     string
+	sweepSchedule     string
 	logLevel          slog.Level
 }
 
@@ -75,11 +80,15 @@ func (c *config) registerServe(fs *flag.FlagSet) {
 	c.registerRetention(fs)
 	fs.StringVar(&c.reconcileSchedule, "reconcile-schedule", "@every 1m", "cron schedule of reconcile (UTC), or off")
 	fs.StringVar(&c.purgeSchedule, "purge-schedule", "@every 10m", "cron schedule of purge (UTC), or off")
+	fs.StringVar(&c.sweepSchedule, "webhook-sweep-schedule", "@every 1m", "cron schedule of the webhook inbox sweep (UTC), which applies events a dead processor left, or off")
+	fs.StringVar(&c.simWebhookSecret, "sim-webhook-secret", "", `secret ("whsec_...") of POST /v1/webhooks/sim, the simulated provider's signed events; with --provider sim it also makes the in-process provider send them (demo makes one up)`)
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 }
 
 func (c *config) registerRetention(fs *flag.FlagSet) {
 	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long final attempts (and so their keys) are kept")
+	fs.DurationVar(&c.paymentRetention, "payment-retention", 0, "how long payments and their refunds are kept after their keys (0: always); at least --retention")
+	fs.DurationVar(&c.eventRetention, "event-retention", payment.DefaultEventRetention, "how long final webhook events (processed, ignored) are kept; longer than the provider redelivers (Stripe: 3 days) answers a late copy as a duplicate")
 }
 
 func (c *config) validate() error {
@@ -88,6 +97,17 @@ func (c *config) validate() error {
 	}
 	if c.staleAfter < c.lease {
 		return fmt.Errorf("--stale-after (%s) must be at least --lease (%s)", c.staleAfter, c.lease)
+	}
+	if c.simWebhookSecret != "" {
+		if err := sim.CheckWebhookSecret(c.simWebhookSecret); err != nil {
+			return fmt.Errorf("--sim-webhook-secret: %w", err)
+		}
+	}
+	if c.stripeWebhookKey != "" && !strings.HasPrefix(c.stripeWebhookKey, "whsec_") {
+		return errors.New(`STRIPE_WEBHOOK_SECRET: want the endpoint's signing secret, "whsec_..."`)
+	}
+	if c.paymentRetention != 0 && c.paymentRetention < c.retention {
+		return fmt.Errorf("--payment-retention (%s) must be 0 (kept) or at least --retention (%s): a payment must outlive its key, or a late retry could charge again", c.paymentRetention, c.retention)
 	}
 	if c.simDB == "" {
 		c.simDB = strings.TrimSuffix(c.db, ".db") + "-sim.db"
@@ -263,8 +283,11 @@ func (a *app) reconciler(c *config) (*payment.Reconciler, error) {
 	return payment.NewReconciler(payment.Reconciler{Service: a.service, StaleAfter: c.staleAfter})
 }
 
-func newPurger(db payment.Store, retention time.Duration) (*payment.Purger, error) {
-	p, err := payment.NewPurger(payment.Purger{Store: db, Retention: retention})
+func newPurger(db payment.PurgeStore, c *config) (*payment.Purger, error) {
+	if c.eventRetention <= 0 {
+		return nil, fmt.Errorf("--event-retention (%s) must be positive", c.eventRetention)
+	}
+	p, err := payment.NewPurger(payment.Purger{Store: db, Retention: c.retention, PaymentRetention: c.paymentRetention, EventRetention: c.eventRetention})
 	if err != nil {
 		return nil, fmt.Errorf("--retention: %w", err)
 	}
@@ -278,7 +301,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if demo {
 		name = "demo"
 	}
-	cfg := config{demo: demo, stripeKey: getenv("STRIPE_SECRET_KEY")}
+	cfg := config{demo: demo, stripeKey: getenv("STRIPE_SECRET_KEY"), stripeWebhookKey: getenv("STRIPE_WEBHOOK_SECRET")}
 	fs := newFlagSet(name, name+" [flags]", stderr)
 	cfg.registerServe(fs)
 	cfg.registerStore(fs)
@@ -286,6 +309,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	cfg.registerProvider(fs)
 	if _, err := parseFlags(fs, args, getenv); err != nil {
 		return err
+	}
+	if demo && cfg.simWebhookSecret == "" && cfg.provider == "sim" {
+		cfg.simWebhookSecret = sim.NewWebhookSecret() // the whole loop, with no setup
 	}
 	if err := cfg.validate(); err != nil {
 		return err
@@ -306,18 +332,21 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer a.Close()
 	m := metrics.New(a.db.InProgress, time.Now)
 	a.service.ObserveProviderCall = m.ProviderCall
-	srvCfg := server.Config{Payments: a.service, Log: log, Metrics: m.Handler(), CountRequest: m.Request}
+	srvCfg := server.Config{Payments: a.service, Log: log, Metrics: m.Handler(), CountRequest: m.Request, CountRefund: m.Refund}
 	if a.sim != nil {
 		srvCfg.Sim = a.sim.Handler()
 		if !demo {
 			log.Warn("SIMULATED PROVIDER: no real money moves. Set --provider for a real one.", "ledger", cfg.simDB)
 		}
 	}
+	inbox := payment.NewInbox(a.db, a.db, log, time.Now, cfg.lease)
+	inbox.Observe = m.WebhookEvent
+	srvCfg.Inbox, srvCfg.Webhooks, srvCfg.CountWebhook = inbox, cfg.webhooks(), m.WebhookEvent
 	rec, err := a.reconciler(&cfg)
 	if err != nil {
 		return err
 	}
-	pur, err := newPurger(a.db, cfg.retention)
+	pur, err := newPurger(a.db, &cfg)
 	if err != nil {
 		return err
 	}
@@ -337,12 +366,19 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	jobs, err := startJobs(ctx, log, &cfg, rec, pur)
+	jobs, err := startJobs(ctx, log, &cfg, rec, pur, inbox)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	url := "http://" + ln.Addr().String()
+	if a.sim != nil && cfg.simWebhookSecret != "" {
+		// The in-process provider signs its events and sends them here.
+		if err := a.sim.SetWebhook(sim.WebhookConfig{URL: url + "/v1/webhooks/sim", Secret: cfg.simWebhookSecret}); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	if demo {
 		fmt.Fprintf(stdout, "oncepay demo: %s (simulated provider, no API key needed)\nworkshop page: %s/demo\nadmin page: %s/admin\n", url, url, url)
 	}
@@ -350,6 +386,23 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	err = serveHTTP(ctx, ln, server.New(srvCfg), cfg.providerTimeout, log)
 	<-jobs.Stop().Done() // then the deferred Close: the database goes last
 	return err
+}
+
+// webhooks are the verifiers of the webhook endpoints configured: each
+// provider's only with its secret.
+func (c *config) webhooks() map[string]server.WebhookVerifier {
+	v := map[string]server.WebhookVerifier{}
+	if key := c.stripeWebhookKey; key != "" {
+		v["stripe"] = func(h http.Header, body []byte) (payment.Event, error) {
+			return stripe.VerifyWebhook(key, h.Get("Stripe-Signature"), body)
+		}
+	}
+	if secret := c.simWebhookSecret; secret != "" {
+		v["sim"] = func(h http.Header, body []byte) (payment.Event, error) {
+			return sim.VerifyWebhook(secret, h, body, time.Now())
+		}
+	}
+	return v
 }
 
 func openSim(path string, faults sim.Faults) (*sim.Sim, error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,13 +17,16 @@ import (
 // faults it injects cross a real socket.
 func runSimProvider(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	var (
-		addr, db string
-		faults   sim.Faults
+		addr, db             string
+		faults               sim.Faults
+		webhookURL, whSecret string
 	)
 	fs := newFlagSet("sim-provider", "sim-provider [flags]", stderr)
 	fs.StringVar(&addr, "addr", "127.0.0.1:8090", "address to listen on")
 	fs.StringVar(&db, "db", "oncepay-sim.db", "the simulated provider's ledger file")
 	registerFaults(fs, &faults)
+	fs.StringVar(&webhookURL, "webhook-url", "", "where to send signed events of every charge and decline, e.g. http://127.0.0.1:8080/v1/webhooks/sim (empty: none)")
+	fs.StringVar(&whSecret, "webhook-secret", "", `the events' signing secret, "whsec_...": oncepay serve's --sim-webhook-secret`)
 	if _, err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
@@ -31,6 +35,11 @@ func runSimProvider(ctx context.Context, args []string, getenv func(string) stri
 		return err
 	}
 	defer s.Close()
+	if webhookURL != "" {
+		if err := s.SetWebhook(sim.WebhookConfig{URL: webhookURL, Secret: whSecret}); err != nil {
+			return fmt.Errorf("--webhook-url: %w", err)
+		}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -46,6 +55,9 @@ func registerFaults(fs *flag.FlagSet, f *sim.Faults) {
 	fs.Float64Var(&f.FailBeforeCharge, "sim-fail-before-charge", 0, "simulated provider: probability (0..1) a charge fails before charging")
 	fs.Float64Var(&f.FailAfterCharge, "sim-fail-after-charge", 0, "simulated provider: probability (0..1) a charge's response is lost after charging")
 	fs.Var(dedupeFlag{f}, "sim-dedupe", "simulated provider: dedupe charges by idempotency key; false charges every call")
+	fs.DurationVar(&f.WebhookDelay, "sim-webhook-delay", 0, "simulated provider: each event waits a random time up to this before its first delivery")
+	fs.Float64Var(&f.WebhookDuplicate, "sim-webhook-duplicate", 0, "simulated provider: probability (0..1) each event delivery is sent twice at once")
+	fs.Float64Var(&f.WebhookReorder, "sim-webhook-reorder", 0, "simulated provider: probability (0..1) an event is held back so later ones overtake it")
 }
 
 // dedupeFlag is --sim-dedupe, the inverse of Faults.NoDedupe.

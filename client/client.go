@@ -20,6 +20,12 @@
 //	case client.IsRetryable(err): // outcome unknown: Pay the same intent again later
 //	default: // final: a bug in the request, or a key reused for another payment
 //	}
+//
+// A refund is the same: one RefundIntent per refund decided, Refund sent
+// again with it until a final answer.
+//
+// The package speaks the API the OpenAPI document (web/openapi.yaml)
+// describes and imports nothing else of oncepay's.
 package client
 
 import (
@@ -84,10 +90,30 @@ type Payment struct {
 	FailureCode    string            `json:"failure_code,omitempty"`
 	Description    string            `json:"description,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	CreatedAt      time.Time         `json:"created_at"`
+	AmountRefunded int64             `json:"amount_refunded"`
+	Refunds        []Refund          `json:"refunds,omitempty"`
+	// IdempotencyKey is empty once the key's record was purged.
+	IdempotencyKey string    `json:"idempotency_key,omitempty"`
+	CreatedAt      time.Time `json:"created_at"`
 	// Replayed is true when this answer is the stored one of an earlier
 	// request with the same key (the server's Idempotent-Replayed header).
+	Replayed bool `json:"-"`
+}
+
+// Refund is a refund as oncepay reports it.
+type Refund struct {
+	ID               string    `json:"id"`
+	PaymentID        string    `json:"payment_id"`
+	Status           string    `json:"status"` // "succeeded", "failed" or "in_progress"
+	Amount           int64     `json:"amount"`
+	Currency         string    `json:"currency"`
+	Reason           string    `json:"reason,omitempty"`
+	ProviderRefundID string    `json:"provider_refund_id,omitempty"`
+	FailureCode      string    `json:"failure_code,omitempty"`
+	IdempotencyKey   string    `json:"idempotency_key,omitempty"`
+	CreatedAt        time.Time `json:"created_at"`
+	// Replayed is true when this answer is the stored one of an earlier
+	// request with the same key.
 	Replayed bool `json:"-"`
 }
 
@@ -101,55 +127,82 @@ type Payment struct {
 // payment, the rest an *Error. When the attempts or ctx run out first, the
 // error satisfies IsRetryable: Pay the same intent again later.
 func (c *Client) Pay(ctx context.Context, intent *Intent) (*Payment, error) {
-	return c.do(ctx, http.MethodPost, "/v1/payments", intent)
-}
-
-// Get returns the payment with id, retried like Pay. A payment of another
-// merchant, or none, is an *Error with status 404.
-func (c *Client) Get(ctx context.Context, id string) (*Payment, error) {
-	return c.do(ctx, http.MethodGet, "/v1/payments/"+url.PathEscape(id), nil)
-}
-
-// do sends the request until a final answer; intent is nil for a GET.
-func (c *Client) do(ctx context.Context, method, path string, intent *Intent) (*Payment, error) {
-	var body io.Reader
-	if intent != nil {
-		body = bytes.NewReader(intent.body) // the same bytes on every attempt, through GetBody
+	p, replayed, err := send[Payment](ctx, c, http.MethodPost, "/v1/payments", intent.key, intent.body)
+	if p != nil {
+		p.Replayed = replayed
 	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.BaseURL, "/")+path, body)
+	return p, err
+}
+
+// Refund gives back what intent asks of its payment, with Pay's retry
+// rules: the intent's one key and body on every attempt, retried after no
+// answer, 409 request-in-progress and 5xx, at least Retry-After apart. Any
+// other answer is final: 201 returns the refund; 409 refund-exceeds-remaining,
+// 409 payment-not-refundable, 402 refund-declined and refund-not-completed
+// are an *Error (the last two name the refund: make a new intent for
+// another try).
+func (c *Client) Refund(ctx context.Context, intent *RefundIntent) (*Refund, error) {
+	path := "/v1/payments/" + url.PathEscape(intent.paymentID) + "/refunds"
+	r, replayed, err := send[Refund](ctx, c, http.MethodPost, path, intent.key, intent.body)
+	if r != nil {
+		r.Replayed = replayed
+	}
+	return r, err
+}
+
+// Get returns the payment with id, its refunds included, retried like Pay.
+// A payment of another merchant, or none, is an *Error with status 404.
+func (c *Client) Get(ctx context.Context, id string) (*Payment, error) {
+	p, _, err := send[Payment](ctx, c, http.MethodGet, "/v1/payments/"+url.PathEscape(id), "", nil)
+	return p, err
+}
+
+// send sends the request until a final answer and decodes a success into a
+// T; key and body are empty for a GET. replayed is the server's
+// Idempotent-Replayed.
+func send[T any](ctx context.Context, c *Client, method, path, key string, body []byte) (v *T, replayed bool, err error) {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body) // the same bytes on every attempt, through GetBody
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.BaseURL, "/")+path, r)
 	if err != nil {
-		return nil, fmt.Errorf("oncepay: %w", err) // a bad BaseURL: final, as no attempt would do better
+		return nil, false, fmt.Errorf("oncepay: %w", err) // a bad BaseURL: final, as no attempt would do better
 	}
 	req.Header.Set("Accept", "application/json, application/problem+json")
-	if intent != nil {
+	if key != "" {
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", intent.key)
+		req.Header.Set("Idempotency-Key", key)
 	}
 	if c.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	}
 	b := c.Backoff.withDefaults()
 	for attempt := 0; ; attempt++ {
-		p, retryAfter, err := c.attempt(req)
-		if err == nil || !IsRetryable(err) {
-			return p, err
+		v := new(T)
+		replayed, retryAfter, err := c.attempt(req, v)
+		if err == nil {
+			return v, replayed, nil
+		}
+		if !IsRetryable(err) {
+			return nil, false, err
 		}
 		if attempt+1 >= b.Attempts {
-			return nil, fmt.Errorf("%w (gave up after %d attempts)", err, b.Attempts)
+			return nil, false, fmt.Errorf("%w (gave up after %d attempts)", err, b.Attempts)
 		}
 		if cerr := sleep(ctx, max(b.delay(attempt), retryAfter)); cerr != nil {
-			return nil, fmt.Errorf("%w (stopped waiting to retry: %w)", err, cerr)
+			return nil, false, fmt.Errorf("%w (stopped waiting to retry: %w)", err, cerr)
 		}
 	}
 }
 
-// attempt sends one copy of req. retryAfter is the server's Retry-After, 0
-// if it sent none.
-func (c *Client) attempt(req *http.Request) (p *Payment, retryAfter time.Duration, err error) {
+// attempt sends one copy of req and decodes a success into v. retryAfter
+// is the server's Retry-After, 0 if it sent none.
+func (c *Client) attempt(req *http.Request, v any) (replayed bool, retryAfter time.Duration, err error) {
 	r := req.Clone(req.Context())
 	if req.GetBody != nil {
 		if r.Body, err = req.GetBody(); err != nil {
-			return nil, 0, err
+			return false, 0, err
 		}
 	}
 	hc := c.HTTPClient
@@ -159,25 +212,23 @@ func (c *Client) attempt(req *http.Request) (p *Payment, retryAfter time.Duratio
 	where := req.Method + " " + req.URL.Path
 	resp, err := hc.Do(r)
 	if err != nil {
-		return nil, 0, fmt.Errorf("oncepay: %s: %w: %w", where, errNoAnswer, err)
+		return false, 0, fmt.Errorf("oncepay: %s: %w: %w", where, errNoAnswer, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return nil, 0, fmt.Errorf("oncepay: %s: %w: read response: %w", where, errNoAnswer, err)
+		return false, 0, fmt.Errorf("oncepay: %s: %w: read response: %w", where, errNoAnswer, err)
 	}
 	retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
 	if resp.StatusCode/100 != 2 {
-		return nil, retryAfter, problemOf(resp, data)
+		return false, retryAfter, problemOf(resp, data)
 	}
-	p = new(Payment)
-	if err := json.Unmarshal(data, p); err != nil {
+	if err := json.Unmarshal(data, v); err != nil {
 		// Not final: whatever answered was not oncepay speaking its API, and
-		// the payment may have been made; the retry's replay says.
-		return nil, retryAfter, fmt.Errorf("oncepay: %s: %w: %d with an unreadable body: %w", where, errNoAnswer, resp.StatusCode, err)
+		// the money may have moved; the retry's replay says.
+		return false, retryAfter, fmt.Errorf("oncepay: %s: %w: %d with an unreadable body: %w", where, errNoAnswer, resp.StatusCode, err)
 	}
-	p.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
-	return p, 0, nil
+	return resp.Header.Get("Idempotent-Replayed") == "true", 0, nil
 }
 
 // problemOf builds the *Error of a non-2xx answer. A body that is not a

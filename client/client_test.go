@@ -49,9 +49,20 @@ func newOncepay(t *testing.T, faults sim.Faults) *oncepay {
 	return o
 }
 
-// record notes every POST /v1/payments before next serves it.
+// record notes every POST /v1/payments (by the "intent" metadata) and every
+// refund (as "refund of <amount>") before next serves it.
 func (o *oncepay) record(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/refunds") {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var req client.RefundRequest
+			json.Unmarshal(body, &req)
+			o.mu.Lock()
+			label := fmt.Sprintf("refund of %d", req.Amount)
+			o.requests[label] = append(o.requests[label], seen{r.Header.Get("Idempotency-Key"), string(body), time.Now()})
+			o.mu.Unlock()
+		}
 		if r.Method == http.MethodPost && r.URL.Path == "/v1/payments" {
 			body, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(bytes.NewReader(body))
@@ -155,7 +166,7 @@ func TestPayHonoursRetryAfter(t *testing.T) {
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, `{"type":%q,"title":"Payment outcome unknown","status":503}`, payment.ProblemOutcomeUnknown)
+			fmt.Fprintf(w, `{"type":%q,"title":"Payment outcome unknown","status":503}`, client.ProblemOutcomeUnknown)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -241,7 +252,7 @@ func TestResumeIntent(t *testing.T) {
 		t.Errorf("Get = %+v, %v; want %+v", got, err, paid)
 	}
 	_, err = c.Get(context.Background(), "pay_NOPE")
-	if e := (*client.Error)(nil); !errors.As(err, &e) || e.Status != 404 || e.Type != payment.ProblemNotFound {
+	if e := (*client.Error)(nil); !errors.As(err, &e) || e.Status != 404 || e.Type != client.ProblemNotFound {
 		t.Errorf("Get of an unknown id = %v, want 404 not found", err)
 	}
 }
@@ -294,13 +305,13 @@ func TestPayGivesUp(t *testing.T) {
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, `{"type":%q,"title":"Service unavailable","status":503}`, payment.ProblemUnavailable)
+		fmt.Fprintf(w, `{"type":%q,"title":"Service unavailable","status":503}`, client.ProblemUnavailable)
 	}))
 	defer srv.Close()
 	c := &client.Client{BaseURL: srv.URL, Backoff: client.Backoff{Base: time.Millisecond, Attempts: 3}}
 	_, err := c.Pay(context.Background(), client.NewIntent(request("down", "tok_visa")))
 	var e *client.Error
-	if !client.IsRetryable(err) || !errors.As(err, &e) || e.Type != payment.ProblemUnavailable {
+	if !client.IsRetryable(err) || !errors.As(err, &e) || e.Type != client.ProblemUnavailable {
 		t.Errorf("Pay = %v, want a retryable service-unavailable", err)
 	}
 	mu.Lock()
@@ -335,7 +346,7 @@ func TestPayNamesTheInvalidParam(t *testing.T) {
 	req.Metadata["note"] = strings.Repeat("x", payment.MaxMetadataValueLen+1)
 	_, err := c.Pay(context.Background(), client.NewIntent(req))
 	var e *client.Error
-	if !errors.As(err, &e) || e.Type != payment.ProblemInvalidRequest || e.Param != "metadata[note]" {
+	if !errors.As(err, &e) || e.Type != client.ProblemInvalidRequest || e.Param != "metadata[note]" {
 		t.Fatalf("Pay = %v (%+v), want invalid-request with param metadata[note]", err, e)
 	}
 	if !strings.Contains(e.Error(), "metadata[note]") {

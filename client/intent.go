@@ -68,3 +68,45 @@ func newKey() string {
 	h := hex.EncodeToString(u[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
+
+// RefundRequest is what a refund gives back. Amount in minor units, 0 for
+// all that is left of the payment; Reason empty or one of "duplicate",
+// "fraudulent", "requested_by_customer".
+type RefundRequest struct {
+	Amount int64  `json:"amount,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// RefundIntent is one refund a merchant means to make once, of one
+// payment: like Intent, it holds its Idempotency-Key, made when the intent
+// is, and the request body, both fixed for its life. A second refund of the
+// same payment, even for the same amount, is a new RefundIntent.
+type RefundIntent struct {
+	key, paymentID string
+	req            RefundRequest
+	body           []byte
+}
+
+// NewRefundIntent makes the intent to refund req of the payment paymentID,
+// with a fresh random key. Call it when the refund is decided (the support
+// ticket, the return), not per click, and keep Key with that record.
+func NewRefundIntent(paymentID string, req RefundRequest) *RefundIntent {
+	return ResumeRefundIntent(newKey(), paymentID, req)
+}
+
+// ResumeRefundIntent is the refund intent a key made earlier names. The
+// payment and req must be the ones first sent with key: others are a
+// different refund, which the server refuses with 409 idempotency-key-reused.
+func ResumeRefundIntent(key, paymentID string, req RefundRequest) *RefundIntent {
+	body, _ := json.Marshal(req) // cannot fail: an integer and a string
+	return &RefundIntent{key: key, paymentID: paymentID, req: req, body: body}
+}
+
+// Key is the refund intent's Idempotency-Key.
+func (i *RefundIntent) Key() string { return i.key }
+
+// PaymentID is the payment the intent refunds.
+func (i *RefundIntent) PaymentID() string { return i.paymentID }
+
+// Request is what the intent refunds.
+func (i *RefundIntent) Request() RefundRequest { return i.req }

@@ -23,13 +23,14 @@ import (
 // the first final answer it got.
 type intent struct {
 	key   string
+	path  string // where it is posted: /v1/payments, or a payment's refunds
 	body  string
 	final *reply
 	sent  time.Time // when it was last sent
 }
 
 func newIntent(key string, amount int, source string) *intent {
-	return &intent{key: key, body: fmt.Sprintf(`{"amount":%d,"currency":"EUR","source":%q}`, amount, source)}
+	return &intent{key: key, path: "/v1/payments", body: fmt.Sprintf(`{"amount":%d,"currency":"EUR","source":%q}`, amount, source)}
 }
 
 // settle keeps r as in's final answer, or checks it against the one kept:
@@ -91,10 +92,10 @@ func newClient() *http.Client {
 	return &http.Client{Transport: tr, Timeout: 15 * time.Second}
 }
 
-// pay sends in once as m. An error means no answer came: the server is down
-// or died mid-request.
+// pay sends in (a payment or a refund) once as m. An error means no answer
+// came: the server is down or died mid-request.
 func pay(c *http.Client, base string, m merchant, in *intent) (reply, error) {
-	req, err := http.NewRequest(http.MethodPost, base+"/v1/payments", strings.NewReader(in.body))
+	req, err := http.NewRequest(http.MethodPost, base+in.path, strings.NewReader(in.body))
 	if err != nil {
 		return reply{}, err
 	}
@@ -176,7 +177,8 @@ func openReadOnly(t *testing.T, path string) *sql.DB {
 	return db
 }
 
-// readBooks reads the provider's ledger and oncepay's attempts.
+// readBooks reads the provider's ledger of charges and oncepay's payment
+// attempts (refunds have books of their own: refundBooks).
 func readBooks(t *testing.T, dbPath, ledgerPath string) books {
 	t.Helper()
 	b := books{charges: map[string]charge{}, attempts: map[string]attempt{}}
@@ -189,7 +191,7 @@ func readBooks(t *testing.T, dbPath, ledgerPath string) books {
 		b.charges[dk] = c
 		return err
 	})
-	const attempts = `SELECT scope, idempotency_key, status, coalesce(charge_id, ''), amount FROM payment_attempts`
+	const attempts = `SELECT scope, idempotency_key, status, coalesce(charge_id, ''), amount FROM payment_attempts WHERE kind = 'payment'`
 	add := func(a attempt) { b.attempts[payment.DownstreamKey(a.scope, a.key)] = a }
 	if pgstore.IsURL(dbPath) {
 		readPostgres(t, dbPath, attempts, func(rows pgx.Rows) error {

@@ -7,8 +7,11 @@
 //
 //	ONCEPAY_CRASH_POINT  after-claim   the claim is committed, the provider not yet called
 //	                     after-charge  the provider charged, nothing recorded yet
+//	                     after-refund  the provider refunded, nothing recorded yet
 //	                     in-record     the record's UPDATE ran, its transaction not committed
 //	                     after-record  the record is committed, the client not yet answered
+//	                     in-event      a provider event is stored and begun, not yet applied
+//	                     after-apply   the event settled its attempt, the event not yet finished
 //	ONCEPAY_CRASH_PROB   chance (0..1, default 1) that one pass through the point kills
 //
 // A normal build (no tag) compiles Hit to nothing and ignores the variables.

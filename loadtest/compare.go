@@ -165,7 +165,6 @@ func (c Ceiling) WritesPerCommit() float64 { return float64(c.Writes) / float64(
 // and write path as the server, with nothing else in the way.
 func StoreCeiling(ctx context.Context, db *sqlitestore.DB, workers int, d time.Duration) (Ceiling, error) {
 	req := payment.Request{Amount: 1999, Currency: "EUR", Source: "tok_visa", Description: "oncepay bench"}
-	canonical, hash := req.Canonical(), req.Fingerprint()
 	commits0, writes0 := db.WriteStats()
 	var (
 		wg       sync.WaitGroup
@@ -180,12 +179,7 @@ func StoreCeiling(ctx context.Context, db *sqlitestore.DB, workers int, d time.D
 			var n int
 			for ; time.Now().Before(deadline); n++ {
 				now := time.Now()
-				a := payment.Attempt{
-					Scope: "ceiling", Key: fmt.Sprintf("%d-%d", w, n), ID: payment.NewPaymentID(),
-					Request: canonical, RequestHash: hash, Amount: req.Amount, Currency: req.Currency,
-					Status: payment.InProgress, Fence: 1, LeaseExpiresAt: now.Add(time.Minute),
-					CreatedAt: now, UpdatedAt: now,
-				}
+				a := payment.NewAttempt("ceiling", fmt.Sprintf("%d-%d", w, n), req, now, time.Minute)
 				if err := claimAndRecord(ctx, db, a); err != nil {
 					mu.Lock()
 					errs = append(errs, err)

@@ -21,9 +21,13 @@ type InProgressFunc func(ctx context.Context) (n int, oldest time.Time, err erro
 type Metrics struct {
 	registry  *prometheus.Registry
 	requests  *prometheus.CounterVec
+	refunds   *prometheus.CounterVec
+	byOutcome map[string]prometheus.Counter // requests' children, resolved once: read-only after New
 	provider  *prometheus.HistogramVec
 	reconcile *prometheus.CounterVec
 	purged    prometheus.Counter
+	purgedEvs prometheus.Counter
+	webhooks  *prometheus.CounterVec
 }
 
 // New registers oncepay's metrics and the Go runtime and process collectors.
@@ -34,9 +38,13 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 			Name: "oncepay_payment_requests_total",
 			Help: "POST /v1/payments requests by outcome: created, replayed, declined, key_reused, in_progress, outcome_unknown, bad_request, unauthorized, unavailable, internal.",
 		}, []string{"outcome"}),
+		refunds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_refund_requests_total",
+			Help: "POST /v1/payments/{id}/refunds requests by outcome: the payment outcomes, and not_found, not_refundable, refund_exceeds, key_expired.",
+		}, []string{"outcome"}),
 		provider: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "oncepay_provider_call_duration_seconds",
-			Help:    "Provider calls by operation (charge, lookup) and result (succeeded, declined, unknown, found, not_found).",
+			Help:    "Provider calls by operation (charge, lookup, refund, refund_lookup) and result (succeeded, declined, unknown, found, not_found).",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"op", "result"}),
 		reconcile: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -47,11 +55,23 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 			Name: "oncepay_purge_deleted_total",
 			Help: "Final attempts deleted by purge after the retention.",
 		}),
+		purgedEvs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "oncepay_purge_events_deleted_total",
+			Help: "Final webhook events (processed, ignored) deleted by purge after the event retention.",
+		}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_webhook_events_total",
+			Help: "Provider event deliveries and tries by provider, event type (empty if unverified) and outcome: processed, ignored, failed, duplicate, busy, error, invalid, too_large.",
+		}, []string{"provider", "type", "outcome"}),
+	}
+	m.byOutcome = map[string]prometheus.Counter{}
+	for _, o := range []string{"created", "replayed", "declined"} { // the outcomes of nearly every request
+		m.byOutcome[o] = m.requests.WithLabelValues(o)
 	}
 	for _, o := range []string{"succeeded", "failed", "unknown"} {
 		m.reconcile.WithLabelValues(o) // present at zero from the start
 	}
-	m.registry.MustRegister(m.requests, m.provider, m.reconcile, m.purged,
+	m.registry.MustRegister(m.requests, m.refunds, m.provider, m.reconcile, m.purged, m.purgedEvs, m.webhooks,
 		&inProgressCollector{fn: inProgress, now: now},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -63,8 +83,17 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 }
 
+// Refund counts one refund request by outcome.
+func (m *Metrics) Refund(outcome string) { m.refunds.WithLabelValues(outcome).Inc() }
+
 // Request counts one payment request by outcome.
-func (m *Metrics) Request(outcome string) { m.requests.WithLabelValues(outcome).Inc() }
+func (m *Metrics) Request(outcome string) {
+	if c, ok := m.byOutcome[outcome]; ok {
+		c.Inc()
+		return
+	}
+	m.requests.WithLabelValues(outcome).Inc()
+}
 
 // ProviderCall observes one provider call.
 func (m *Metrics) ProviderCall(op, result string, d time.Duration) {
@@ -78,8 +107,16 @@ func (m *Metrics) Reconciled(r payment.ReconcileResult) {
 	m.reconcile.WithLabelValues("unknown").Add(float64(r.Unknown))
 }
 
+// WebhookEvent counts one delivery or try of a provider event.
+func (m *Metrics) WebhookEvent(provider, eventType, outcome string) {
+	m.webhooks.WithLabelValues(provider, eventType, outcome).Inc()
+}
+
 // Purged counts what one purge run deleted.
-func (m *Metrics) Purged(r payment.PurgeResult) { m.purged.Add(float64(r.Deleted)) }
+func (m *Metrics) Purged(r payment.PurgeResult) {
+	m.purged.Add(float64(r.Deleted))
+	m.purgedEvs.Add(float64(r.EventsDeleted))
+}
 
 // inProgressCollector asks the store at each scrape, so the gauges are
 // never stale and cost nothing between scrapes.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -90,6 +91,8 @@ type Database interface {
 	Store
 	AdminStore
 	AccountStore
+	EventStore
+	PurgeStore
 	// BindProvider records which provider the payments go to, and refuses
 	// another while any attempt is in progress (see ProviderBound).
 	BindProvider(ctx context.Context, provider string) error
@@ -106,11 +109,52 @@ type StoredAPIKey struct {
 	SecretHash []byte
 }
 
+// StoredRefund is a refund as a store keeps it, its key's hash included.
+type StoredRefund struct {
+	Refund
+	KeyHash []byte
+}
+
 // Snapshot is a whole database at one moment: every attempt (in progress
-// ones with their fence and lease), merchant, API key and setting.
+// ones with their fence and lease), payment (with its refunds' amounts
+// reserved), refund, inbox event, merchant, API key and setting.
 type Snapshot struct {
 	Attempts  []Attempt
+	Payments  []Payment
+	Refunds   []StoredRefund
+	Events    []InboxEvent
 	Merchants []Merchant
 	APIKeys   []StoredAPIKey
 	Settings  map[string]string
+}
+
+// ExpiredKey is a store's refusal of a's claim when a.Key's record was
+// purged but what it made is kept: kind "payment" or "refund", its id, and
+// the payment it belongs to. Nothing was sent to the provider.
+func ExpiredKey(a *Attempt, kind, id, paymentID string) error {
+	e := &Error{Code: EKEYEXPIRED, PaymentID: paymentID,
+		Message: "This Idempotency-Key was used for payment " + paymentID + ", and its record (the stored request and answer) was purged after the retention. Nothing was sent to the provider. Read the payment with GET /v1/payments/" + paymentID + "; use a new key for a new " + string(a.Kind) + "."}
+	if kind == "refund" {
+		e.RefundID = id
+		e.Message = "This Idempotency-Key was used for refund " + id + " of payment " + paymentID + ", and its record was purged after the retention. Nothing was sent to the provider. Read it with GET /v1/payments/" + paymentID + "/refunds; use a new key for a new " + string(a.Kind) + "."
+	}
+	return e
+}
+
+// RefundRefused says why a store's guarded reservation of refund a matched
+// nothing, given its payment p as read after it (nil: no such payment).
+func RefundRefused(a *Attempt, p *Payment) error {
+	switch {
+	case p == nil:
+		return &Error{Code: ENOTFOUND, Message: "No such payment."}
+	case p.Status != Succeeded:
+		return &Error{Code: ENOTREFUNDABLE, PaymentID: a.PaymentID,
+			Message: "Only a succeeded payment can be refunded; this one is " + string(p.Status) + ". Nothing was sent to the provider."}
+	}
+	msg := "The payment has " + strconv.FormatInt(p.Refundable(), 10) + " left to refund"
+	if p.AmountReserved > 0 {
+		msg += " (" + strconv.FormatInt(p.AmountReserved, 10) + " more is held by refunds in progress)"
+	}
+	return &Error{Code: EREFUNDEXCEEDS, PaymentID: a.PaymentID,
+		Message: msg + "; this refund asks for more. Nothing was sent to the provider."}
 }

@@ -16,6 +16,9 @@ const (
 	EINPROGRESS     = "in_progress"     // the first request with this key still runs
 	EOUTCOMEUNKNOWN = "outcome_unknown" // the provider's answer was lost; retry with the same key
 	EUNAVAILABLE    = "unavailable"     // the database is busy or full
+	EKEYEXPIRED     = "key_expired"     // the key's record was purged; its payment is still known
+	ENOTREFUNDABLE  = "not_refundable"  // the payment did not succeed
+	EREFUNDEXCEEDS  = "refund_exceeds"  // more than what is left to refund
 	EINTERNAL       = "internal"
 )
 
@@ -26,8 +29,10 @@ type Error struct {
 	Message string
 	// Param names the request field at fault, as Stripe's errors do:
 	// "amount", "metadata[order_id]". Empty when no one field is.
-	Param string
-	Err   error // the cause, for logs only
+	Param     string
+	PaymentID string // the payment the error is about, shown to the client
+	RefundID  string // the refund the error is about, shown to the client
+	Err       error  // the cause, for logs only
 }
 
 func (e *Error) Error() string {
@@ -75,4 +80,11 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "Internal error."
+}
+
+// Of returns err's *Error, if it is one.
+func Of(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
 }

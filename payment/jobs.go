@@ -1,6 +1,7 @@
 package payment
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,13 +13,18 @@ const (
 	DefaultStaleAfter     = 5 * time.Minute
 	DefaultReconcileLimit = 1000
 	DefaultPurgeBatchSize = 1000
+	// DefaultEventRetention is how long a final provider event stays in the
+	// inbox: past Stripe's redelivery window (up to 3 days), so a late
+	// redelivery is answered as a duplicate, with days to spare for an
+	// operator to read it.
+	DefaultEventRetention = 7 * 24 * time.Hour
 )
 
 // Reconciler settles attempts left in progress: their owner died, or its
 // answer was lost and the client never retried. The provider is the source
 // of truth; nothing is guessed. Build it with NewReconciler.
 type Reconciler struct {
-	*Service
+	Service *Service
 	// StaleAfter is how old an in-progress attempt must be before reconcile
 	// touches it. Far longer than a provider call, so a request whose call
 	// timed out on our side has surely landed or died at the provider.
@@ -71,8 +77,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) (res ReconcileResult, err erro
 		return res, errors.New("payment: reconciler: Limit is not set; build it with NewReconciler")
 	}
 	defer func() { r.observe(res) }()
-	now := r.Now()
-	stale, err := r.Store.Stale(ctx, now.Add(-r.StaleAfter), now, r.Limit)
+	now := r.Service.Now()
+	stale, err := r.Service.Store.Stale(ctx, now.Add(-r.StaleAfter), now, r.Limit)
 	if err != nil {
 		return res, err
 	}
@@ -91,11 +97,11 @@ func (r *Reconciler) RunOnce(ctx context.Context) (res ReconcileResult, err erro
 // the admin page's button does. It
 // returns the attempt as it stands afterwards.
 func (r *Reconciler) ReconcileOne(ctx context.Context, scope, key string) (*Attempt, error) {
-	a, err := r.Store.Attempt(ctx, scope, key)
+	a, err := r.Service.Store.Attempt(ctx, scope, key)
 	if err != nil {
 		return nil, err
 	}
-	now := r.Now()
+	now := r.Service.Now()
 	if !a.Stale(now, r.StaleAfter) {
 		return nil, Errorf(EINVALID, "Only an attempt in progress, untouched for %s and with no live lease, can be reconciled.", r.StaleAfter)
 	}
@@ -106,7 +112,7 @@ func (r *Reconciler) ReconcileOne(ctx context.Context, scope, key string) (*Atte
 	res := ReconcileResult{Checked: 1}
 	res.count(st)
 	r.observe(res)
-	return r.Store.Attempt(ctx, scope, key)
+	return r.Service.Store.Attempt(ctx, scope, key)
 }
 
 func (r *Reconciler) observe(res ReconcileResult) {
@@ -129,55 +135,47 @@ func (res *ReconcileResult) count(st Status) {
 	}
 }
 
-// settle takes a over, asks the provider by key and records what it says.
-// It returns the status it left: "" if it could not take a over.
+// settle settles one stale attempt, whatever its kind (Service.settle).
 func (r *Reconciler) settle(ctx context.Context, a Attempt) (Status, error) {
-	now := r.Now()
-	fence, ok, err := r.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence, now, now.Add(r.Lease))
-	if err != nil || !ok {
-		return "", err
-	}
-	a.Fence = fence
-	pctx, cancel := context.WithTimeout(ctx, r.ProviderTimeout)
-	c, found, err := r.lookup(pctx, LookupRequest{IdempotencyKey: DownstreamKey(a.Scope, a.Key), CreatedAt: a.CreatedAt})
-	cancel()
-	if err != nil {
-		r.Log.Warn("reconcile: provider lookup failed; left for the next run", "payment_id", a.ID, "err", err)
-		// Reconcile moved no money: the attempt keeps its old update time, so
-		// it is as stale as before and the next run tries again.
-		return InProgress, r.Store.Release(ctx, a.Scope, a.Key, a.Fence, a.UpdatedAt)
-	}
-	o := NotCompletedOutcome(a)
-	switch {
-	case found && !c.matches(a):
-		o = providerKeyReusedOutcome(a)
-	case found:
-		o = SucceededOutcome(a, c)
-	}
-	ok, err = r.Store.Record(ctx, a.Scope, a.Key, a.Fence, o, r.Now())
-	if err != nil || !ok {
-		return "", err
-	}
-	r.Log.Info("reconcile: settled", "payment_id", a.ID, "status", o.Status, "charge_id", o.ChargeID)
-	return o.Status, nil
+	return r.Service.settle(ctx, a)
+}
+
+// PurgeStore is what the Purger deletes from: the keys' records, the
+// payments past their own retention, and the inbox's final events.
+type PurgeStore interface {
+	Purge(ctx context.Context, before time.Time, limit int) (int, error)
+	PurgePayments(ctx context.Context, before time.Time, limit int) (int, error)
+	// PurgeEvents deletes up to limit final events (processed, ignored) last
+	// updated before before, never one still to be applied, and returns how
+	// many.
+	PurgeEvents(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // Purger deletes final attempts older than the retention, in batches, so
-// the table stays small and no transaction holds the writer for long.
+// the table stays small and no transaction holds the writer for long; and
+// so the payments past their retention and the inbox's final events.
 // Build it with NewPurger.
 type Purger struct {
-	Store     Store
+	Store     PurgeStore
 	Now       func() time.Time
 	Retention time.Duration
-	BatchSize int
+	// PaymentRetention is how long a payment and its refunds are kept after
+	// the last change; 0 keeps them. It must be at least Retention.
+	PaymentRetention time.Duration
+	// EventRetention is how long a final provider event is kept after it
+	// became final; 0 is DefaultEventRetention. A redelivery of an event
+	// purged is applied again, which changes nothing: applying goes through
+	// the fenced record, and a final answer is never changed.
+	EventRetention time.Duration
+	BatchSize      int
 	// Observe, if set, is told what every run did.
 	Observe func(PurgeResult)
 }
 
-// NewPurger returns p with its defaults set (Now time.Now, BatchSize 1000)
-// and its configuration checked: a zero BatchSize would delete nothing in a
-// loop that never ends, and a retention of zero would forget every key at
-// once.
+// NewPurger returns p with its defaults set (Now time.Now, BatchSize 1000,
+// EventRetention 7 days) and its configuration checked: a zero BatchSize
+// would delete nothing in a loop that never ends, and a retention of zero
+// would forget every key at once.
 func NewPurger(p Purger) (*Purger, error) {
 	if p.Store == nil {
 		return nil, errors.New("payment: purger: no Store")
@@ -187,6 +185,12 @@ func NewPurger(p Purger) (*Purger, error) {
 	}
 	if p.BatchSize == 0 {
 		p.BatchSize = DefaultPurgeBatchSize
+	}
+	if p.EventRetention == 0 {
+		p.EventRetention = DefaultEventRetention
+	}
+	if p.EventRetention < 0 {
+		return nil, fmt.Errorf("payment: purger: EventRetention %s is negative", p.EventRetention)
 	}
 	if p.Retention <= 0 {
 		return nil, fmt.Errorf("payment: purger: Retention %s must be positive", p.Retention)
@@ -199,16 +203,27 @@ func NewPurger(p Purger) (*Purger, error) {
 
 // PurgeResult is what one run did.
 type PurgeResult struct {
-	Deleted int
-	Before  time.Time // attempts final before this were deleted
+	Deleted         int
+	PaymentsDeleted int       // payments (with their refunds) past the payment retention
+	EventsDeleted   int       // final provider events past the event retention
+	Before          time.Time // attempts final before this were deleted
 }
 
 func (r PurgeResult) String() string {
-	return fmt.Sprintf("purge: deleted %d final attempts last updated before %s", r.Deleted, r.Before.UTC().Format(time.RFC3339))
+	s := fmt.Sprintf("purge: deleted %d final attempts last updated before %s", r.Deleted, r.Before.UTC().Format(time.RFC3339))
+	if r.EventsDeleted > 0 {
+		s += fmt.Sprintf(", %d final webhook events past the event retention", r.EventsDeleted)
+	}
+	if r.PaymentsDeleted > 0 {
+		s += fmt.Sprintf(", and %d payments past the payment retention", r.PaymentsDeleted)
+	}
+	return s
 }
 
-// RunOnce deletes every final attempt older than the retention, batch by
-// batch until a batch comes back short.
+// RunOnce deletes every final attempt older than the retention, then every
+// final event older than the event retention, then (if they are not kept)
+// the payments older than the payment retention, each batch by batch until
+// a batch comes back short.
 func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 	if p.BatchSize < 1 || p.Now == nil {
 		return res, errors.New("payment: purger: BatchSize or Now is not set; build it with NewPurger")
@@ -219,11 +234,39 @@ func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 			p.Observe(res)
 		}
 	}()
+	if p.BatchSize <= 0 {
+		return res, fmt.Errorf("purge: BatchSize %d must be positive", p.BatchSize)
+	}
+	if p.PaymentRetention != 0 && p.PaymentRetention < p.Retention {
+		return res, fmt.Errorf("purge: the payment retention (%s) must be 0 (kept) or at least the key retention (%s)", p.PaymentRetention, p.Retention)
+	}
+	if p.EventRetention < 0 {
+		return res, fmt.Errorf("purge: the event retention (%s) is negative", p.EventRetention)
+	}
+	n, err := purgeBatches(ctx, p.Store.Purge, res.Before, p.BatchSize)
+	res.Deleted = n
+	if err != nil {
+		return res, err
+	}
+	eventRetention := cmp.Or(p.EventRetention, DefaultEventRetention) // built by hand: never zero
+	n, err = purgeBatches(ctx, p.Store.PurgeEvents, p.Now().Add(-eventRetention), p.BatchSize)
+	res.EventsDeleted = n
+	if err != nil || p.PaymentRetention <= 0 {
+		return res, err
+	}
+	res.PaymentsDeleted, err = purgeBatches(ctx, p.Store.PurgePayments, p.Now().Add(-p.PaymentRetention), p.BatchSize)
+	return res, err
+}
+
+// purgeBatches deletes batch by batch until a batch comes back short
+// (river's JobCleaner), so no transaction holds the writer for long.
+func purgeBatches(ctx context.Context, purge func(context.Context, time.Time, int) (int, error), before time.Time, batch int) (int, error) {
+	total := 0
 	for {
-		n, err := p.Store.Purge(ctx, res.Before, p.BatchSize)
-		res.Deleted += n
-		if err != nil || n < p.BatchSize {
-			return res, err
+		n, err := purge(ctx, before, batch)
+		total += n
+		if err != nil || n < batch {
+			return total, err
 		}
 	}
 }

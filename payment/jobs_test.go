@@ -3,6 +3,9 @@ package payment_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -55,10 +58,8 @@ func (f *fixture) abandon(t *testing.T, key string, charged bool) *payment.Attem
 	t.Helper()
 	req := payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}
 	now := f.clock.Now()
-	a := &payment.Attempt{Scope: "demo", Key: key, ID: payment.NewPaymentID(), Request: req.Canonical(),
-		RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR", Status: payment.InProgress, Fence: 1,
-		LeaseExpiresAt: now.Add(f.Service.Lease), CreatedAt: now, UpdatedAt: now}
-	if ok, err := f.DB.Claim(context.Background(), a); !ok || err != nil {
+	a := payment.NewAttempt("demo", key, req, now, f.Service.Lease)
+	if ok, err := f.DB.Claim(context.Background(), &a); !ok || err != nil {
 		t.Fatalf("Claim = %v, %v", ok, err)
 	}
 	if charged {
@@ -67,7 +68,7 @@ func (f *fixture) abandon(t *testing.T, key string, charged bool) *payment.Attem
 			t.Fatal(err)
 		}
 	}
-	return a
+	return &a
 }
 
 func (f *fixture) attempt(t *testing.T, key string) *payment.Attempt {
@@ -232,6 +233,77 @@ func TestPurge(t *testing.T) {
 	}
 }
 
+// Purge deletes final events (processed, ignored) past the event
+// retention, in batches, and never one still to be applied (received,
+// processing, failed), however old.
+func TestPurgeEvents(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	store := func(id string, state payment.EventState) {
+		t.Helper()
+		now := f.clock.Now()
+		e := payment.InboxEvent{Event: payment.Event{Provider: "sim", ID: id, Type: "charge.succeeded", Kind: payment.EventSucceeded},
+			State: payment.EventReceived, ReceivedAt: now, UpdatedAt: now}
+		if ok, err := f.DB.ReceiveEvent(ctx, &e); !ok || err != nil {
+			t.Fatalf("ReceiveEvent = %v, %v", ok, err)
+		}
+		if state == payment.EventReceived {
+			return
+		}
+		fence, ok, err := f.DB.BeginEvent(ctx, "sim", id, 0, now, now.Add(time.Hour))
+		if !ok || err != nil {
+			t.Fatalf("BeginEvent = %v, %v", ok, err)
+		}
+		if state == payment.EventProcessing {
+			return
+		}
+		if ok, err := f.DB.FinishEvent(ctx, "sim", id, fence, state, "", "", now); !ok || err != nil {
+			t.Fatalf("FinishEvent = %v, %v", ok, err)
+		}
+	}
+	for i := range 5 {
+		store(fmt.Sprintf("evt_processed_%d", i), payment.EventProcessed)
+	}
+	store("evt_ignored", payment.EventIgnored)
+	store("evt_failed", payment.EventFailedState)
+	store("evt_received", payment.EventReceived)
+	store("evt_processing", payment.EventProcessing)
+	f.clock.Add(payment.DefaultEventRetention - time.Hour)
+	store("evt_recent", payment.EventProcessed)
+	f.clock.Add(2 * time.Hour)
+
+	p := f.purger(t, 2) // 6 old final events: batches of 2, 2, 2, then a short one
+	res, err := p.RunOnce(ctx)
+	if err != nil || res.EventsDeleted != 6 {
+		t.Fatalf("RunOnce = %+v, %v; want 6 events deleted", res, err)
+	}
+	if !strings.Contains(res.String(), "6 final webhook events") {
+		t.Errorf("String() = %q, want the events counted", res.String())
+	}
+	left := func() []string {
+		evs, err := f.DB.ListEvents(ctx, payment.EventFilter{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, e := range evs {
+			ids = append(ids, e.ID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	if got, want := left(), []string{"evt_failed", "evt_processing", "evt_received", "evt_recent"}; !slices.Equal(got, want) {
+		t.Errorf("left = %v, want %v", got, want)
+	}
+	f.clock.Add(100 * 24 * time.Hour)
+	if _, err := p.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := left(), []string{"evt_failed", "evt_processing", "evt_received"}; !slices.Equal(got, want) {
+		t.Errorf("left after 100 days = %v, want %v: purge never deletes an event still to be applied", got, want)
+	}
+}
+
 // Staleness runs from the last update, not from creation: an old attempt
 // that a retry took over a minute ago (its charge may still be in flight at
 // the provider) is not settled until it has been untouched for stale-after.
@@ -259,8 +331,9 @@ func TestReconcileWaitsAfterATakeover(t *testing.T) {
 }
 
 // A key reused after the retention, with another body, is not charged under
-// the provider's memory of the old payment, nor reported as it: the
-// provider's "key reused" is a final 409.
+// the provider's memory of the old payment, nor reported as it. While the
+// payment is kept oncepay refuses it itself (409 key expired, nothing sent);
+// once the payment is purged too, the provider's "key reused" is a final 409.
 func TestKeyReusedAfterRetention(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
@@ -272,7 +345,17 @@ func TestKeyReusedAfterRetention(t *testing.T) {
 	if res, err := f.purger(t, 10).RunOnce(ctx); err != nil || res.Deleted != 1 {
 		t.Fatalf("purge = %+v, %v", res, err)
 	}
-	again, err := f.Service.Pay(ctx, "demo", "k", payment.Request{Amount: 5000, Currency: "EUR", Source: "tok_visa"})
+	other := payment.Request{Amount: 5000, Currency: "EUR", Source: "tok_visa"}
+	if _, err := f.Service.Pay(ctx, "demo", "k", other); payment.ErrorCode(err) != payment.EKEYEXPIRED {
+		t.Fatalf("reused key while its payment is kept: err = %v, want %s", err, payment.EKEYEXPIRED)
+	}
+	if c := f.Sim.Calls(); len(c) != 1 || c[0].Charges != 1 {
+		t.Fatalf("provider calls = %+v, want only the first charge", c)
+	}
+	if n, err := f.DB.PurgePayments(ctx, f.clock.Now(), 10); err != nil || n != 1 {
+		t.Fatalf("PurgePayments = %d, %v", n, err)
+	}
+	again, err := f.Service.Pay(ctx, "demo", "k", other)
 	var p payment.Problem
 	json.Unmarshal(again.Body, &p)
 	if err != nil || again.Status != 409 || p.Type != payment.ProblemKeyReused {
@@ -324,14 +407,16 @@ func TestJobConstructors(t *testing.T) {
 	f := newFixture(t)
 
 	p, err := payment.NewPurger(payment.Purger{Store: f.DB, Retention: time.Hour})
-	if err != nil || p.BatchSize != payment.DefaultPurgeBatchSize || p.Now == nil {
-		t.Errorf("NewPurger defaults = BatchSize %d, Now set %v (%v); want %d and set", p.BatchSize, p.Now != nil, err, payment.DefaultPurgeBatchSize)
+	if err != nil || p.BatchSize != payment.DefaultPurgeBatchSize || p.Now == nil || p.EventRetention != payment.DefaultEventRetention {
+		t.Errorf("NewPurger defaults = BatchSize %d, Now set %v, EventRetention %s (%v); want %d, set, %s",
+			p.BatchSize, p.Now != nil, p.EventRetention, err, payment.DefaultPurgeBatchSize, payment.DefaultEventRetention)
 	}
 	for name, bad := range map[string]payment.Purger{
 		"no store":           {Retention: time.Hour},
 		"zero retention":     {Store: f.DB},
 		"negative retention": {Store: f.DB, Retention: -time.Hour},
 		"negative batch":     {Store: f.DB, Retention: time.Hour, BatchSize: -1},
+		"negative events":    {Store: f.DB, Retention: time.Hour, EventRetention: -time.Hour},
 	} {
 		if _, err := payment.NewPurger(bad); err == nil {
 			t.Errorf("NewPurger(%s) succeeded, want an error", name)

@@ -5,6 +5,7 @@ package payment
 
 import (
 	"context"
+	"crypto/sha256"
 	"time"
 )
 
@@ -21,12 +22,29 @@ const (
 	Failed Status = "failed"
 )
 
-// Attempt is the row an idempotency key claims: one payment intent of one
-// merchant (scope), and the response every retry of it gets.
+// Kind names an operation that moves money under a client's key. Every kind
+// goes through the same claim, provider call, record, replay, takeover and
+// reconcile (once.go); what differs is an operation (see operation).
+type Kind string
+
+const (
+	KindPayment Kind = "payment"
+	KindRefund  Kind = "refund"
+)
+
+// Attempt is the row an idempotency key claims: one operation (a payment or
+// a refund) of one merchant (scope), and the response every retry of it
+// gets. It is the key's record, purged after the retention; the payment or
+// refund it made outlives it (Payment, Refund).
 type Attempt struct {
-	Scope          string
-	Key            string
-	ID             string // public payment id, "pay_..."
+	Scope     string
+	Key       string
+	Kind      Kind
+	ID        string // public id of what it makes: "pay_..." or "re_..."
+	PaymentID string // a refund's payment; "" for a payment
+	// Details is the JSON the payment or refund keeps after this row is
+	// purged: a payment's description and metadata, a refund's reason.
+	Details        []byte
 	RequestHash    []byte // SHA-256 of Request
 	Request        []byte // canonical JSON of the validated request
 	Amount         int64
@@ -42,6 +60,30 @@ type Attempt struct {
 	UpdatedAt      time.Time
 }
 
+// NewAttempt returns the attempt a new payment request claims under (scope,
+// key) at now: in progress under fence 1, its owner's lease running for
+// lease. req must be valid (ParseRequest).
+func NewAttempt(scope, key string, req Request, now time.Time, lease time.Duration) Attempt {
+	a := newAttempt(KindPayment, scope, key, NewPaymentID(), req.Canonical(), req.Amount, req.Currency, now, lease)
+	a.Details = marshalLine(paymentDetails{Description: req.Description, Metadata: req.Metadata})
+	return a
+}
+
+// newAttempt is the attempt of any kind a new claim inserts.
+func newAttempt(kind Kind, scope, key, id string, canonical []byte, amount int64, currency string, now time.Time, lease time.Duration) Attempt {
+	if scope == "" || !ValidKey(key) || lease < 0 {
+		panic("payment: NewAttempt needs a scope, a valid key and a lease of zero or more") // callers validate first
+	}
+	a := Attempt{
+		Scope: scope, Key: key, Kind: kind, ID: id,
+		Request: canonical, RequestHash: fingerprint(canonical),
+		Amount: amount, Currency: currency,
+		Status: InProgress, Fence: 1, LeaseExpiresAt: now.Add(lease),
+		CreatedAt: now, UpdatedAt: now,
+	}
+	return a
+}
+
 // LeaseLive reports whether an owner still holds the attempt at now.
 func (a *Attempt) LeaseLive(now time.Time) bool {
 	return a.Status == InProgress && a.LeaseExpiresAt.After(now)
@@ -55,6 +97,17 @@ func (a *Attempt) Stale(now time.Time, staleAfter time.Duration) bool {
 	return a.Status == InProgress && !a.LeaseLive(now) && !a.UpdatedAt.After(now.Add(-staleAfter))
 }
 
+// Answer is what a duplicate request is decided by: the stored fingerprint,
+// where the attempt stands, and once final the exact response. A replay
+// reads this much and no more.
+type Answer struct {
+	RequestHash    []byte
+	Status         Status
+	LeaseExpiresAt time.Time // zero when no owner holds the attempt
+	ResponseStatus int       // zero until final
+	ResponseBody   []byte
+}
+
 // Outcome is the final result an owner records.
 type Outcome struct {
 	Status         Status
@@ -64,14 +117,63 @@ type Outcome struct {
 	FailureCode    string
 }
 
-// Store keeps attempts. A duplicate claim is a result, not an error.
+// Payment is what oncepay keeps of a payment for as long as the payment
+// retention, after its key's record (the Attempt) is purged.
+type Payment struct {
+	ID             string
+	Scope          string
+	Key            string // "" once the key's record was purged
+	KeyHash        []byte // KeyHash(Key), kept so a late retry is told, not charged
+	Amount         int64
+	Currency       string
+	Status         Status
+	ChargeID       string
+	FailureCode    string
+	AmountRefunded int64 // refunds that succeeded
+	AmountReserved int64 // refunds in progress
+	Details        []byte
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// Refundable is what is left to refund: nothing is promised twice.
+func (p *Payment) Refundable() int64 { return p.Amount - p.AmountRefunded - p.AmountReserved }
+
+// Refund is what oncepay keeps of a refund, as long as its payment.
+type Refund struct {
+	ID               string
+	Scope            string
+	PaymentID        string
+	Key              string // "" once the key's record was purged
+	Amount           int64
+	Currency         string
+	Status           Status
+	ProviderRefundID string
+	FailureCode      string
+	Details          []byte
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+}
+
+// Store keeps attempts, and the payments and refunds they make. A duplicate
+// claim is a result, not an error.
 type Store interface {
 	// Claim inserts a, unless (a.Scope, a.Key) exists. claimed is true when
-	// this call created the row and so owns the attempt.
+	// this call created the row and so owns the attempt. In the same
+	// transaction it creates what a makes: a payment, or a refund, whose
+	// amount it first reserves on its payment with one guarded UPDATE
+	// (a.Amount 0: all that is left; a.Amount and a.Currency are set to
+	// what was reserved). Nothing is written when it refuses: EKEYEXPIRED
+	// (a.Key's record was purged but its payment or refund is kept),
+	// ENOTFOUND (no such payment in a.Scope), ENOTREFUNDABLE, EREFUNDEXCEEDS.
 	Claim(ctx context.Context, a *Attempt) (claimed bool, err error)
 
 	// Attempt returns the attempt for (scope, key) or an ENOTFOUND error.
 	Attempt(ctx context.Context, scope, key string) (*Attempt, error)
+
+	// Answer returns what a duplicate of (scope, key) is decided by, or an
+	// ENOTFOUND error: Attempt's fields that a replay needs, read alone.
+	Answer(ctx context.Context, scope, key string) (*Answer, error)
 
 	// AttemptByID returns the attempt with payment id within scope.
 	AttemptByID(ctx context.Context, scope, id string) (*Attempt, error)
@@ -82,6 +184,8 @@ type Store interface {
 
 	// Record stores the final outcome if the attempt is still in progress
 	// under fence. ok is false when another owner or reconcile got there first.
+	// In the same transaction it settles the payment or refund the attempt
+	// made; a refund's reservation becomes refunded, or is given back.
 	Record(ctx context.Context, scope, key string, fence int64, o Outcome, now time.Time) (ok bool, err error)
 
 	// Release drops the owner's lease, so the client's retry can take over at
@@ -94,8 +198,27 @@ type Store interface {
 	Stale(ctx context.Context, updatedBefore, now time.Time, limit int) ([]Attempt, error)
 
 	// Purge deletes up to limit final attempts last updated before before,
-	// never one in progress, and returns how many.
+	// never one in progress, and returns how many. Their payments and
+	// refunds stay.
 	Purge(ctx context.Context, before time.Time, limit int) (int, error)
+
+	// Payment returns the payment with id within scope.
+	Payment(ctx context.Context, scope, id string) (*Payment, error)
+
+	// Refunds returns the refunds of payment id within scope, oldest first.
+	Refunds(ctx context.Context, scope, paymentID string) ([]Refund, error)
+
+	// PurgePayments deletes up to limit final payments, with their refunds,
+	// last updated before before and whose key's record is gone, never one
+	// with a refund in progress, and returns how many.
+	PurgePayments(ctx context.Context, before time.Time, limit int) (int, error)
+}
+
+// KeyHash is what a payment or refund keeps of its Idempotency-Key once the
+// key's record is purged: enough to know a late retry, not the key itself.
+func KeyHash(key string) []byte {
+	sum := sha256.Sum256([]byte(key))
+	return sum[:]
 }
 
 // KeyStore authenticates merchant API keys.
@@ -147,4 +270,7 @@ type AdminStore interface {
 	CountStale(ctx context.Context, updatedBefore, now time.Time) (int, error)
 	// AttemptByPaymentID finds an attempt by payment id in any scope.
 	AttemptByPaymentID(ctx context.Context, id string) (*ListedAttempt, error)
+	// Payment and Refunds are Store's: what an attempt's payment holds.
+	Payment(ctx context.Context, scope, id string) (*Payment, error)
+	Refunds(ctx context.Context, scope, paymentID string) ([]Refund, error)
 }

@@ -22,6 +22,45 @@ type Provider interface {
 	// false when the provider has definitely not charged under this key; an
 	// error means the answer is not known.
 	Lookup(ctx context.Context, req LookupRequest) (c Charge, found bool, err error)
+
+	// Refund gives back req.Amount of the charge req.ChargeID once per key,
+	// with the same rules as Charge: the same key and parameters return the
+	// same refund, other parameters are ErrProviderKeyReused, a
+	// *DeclineError is a definitive refusal, any other error is unknown.
+	Refund(ctx context.Context, req ProviderRefundRequest) (ProviderRefund, error)
+
+	// LookupRefund asks whether a refund exists for req.IdempotencyKey.
+	// found is false when the provider has definitely not refunded under
+	// this key; an error means the answer is not known.
+	LookupRefund(ctx context.Context, req RefundLookup) (r ProviderRefund, found bool, err error)
+}
+
+// ProviderRefundRequest is what the provider is asked to refund.
+type ProviderRefundRequest struct {
+	IdempotencyKey string
+	RefundID       string // oncepay's refund id, for the provider's records
+	PaymentID      string // oncepay's payment id
+	ChargeID       string // the provider's id of the charge refunded
+	Amount         int64
+	Currency       string
+	Reason         string // "" or one of RefundReasons
+}
+
+// RefundLookup names the refund LookupRefund asks for.
+type RefundLookup struct {
+	IdempotencyKey string
+	ChargeID       string    // the charge refunded: a provider that cannot look up by key lists its refunds
+	CreatedAt      time.Time // when the refund was claimed
+}
+
+// ProviderRefund is the provider's record of money given back.
+type ProviderRefund struct {
+	ID             string    `json:"id"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	ChargeID       string    `json:"charge_id"`
+	Amount         int64     `json:"amount"`
+	Currency       string    `json:"currency"`
+	CreatedAt      time.Time `json:"created_at"`
 }
 
 // ChargeRequest is what the provider is asked to charge.

@@ -54,7 +54,7 @@ func ParseRequest(body []byte) (Request, error) {
 	if !utf8.Valid(body) {
 		return Request{}, Errorf(EINVALID, "The body is not valid UTF-8.")
 	}
-	if err := checkJSON(body); err != nil {
+	if err := checkJSON(body, requestFields); err != nil {
 		return Request{}, err
 	}
 	var w wireRequest
@@ -154,8 +154,8 @@ func ValidKey(k string) bool {
 // a body that is not one object, trailing data, and escapes of unpaired
 // UTF-16 surrogates (decoded as U+FFFD, so two different bodies would read
 // alike).
-func checkJSON(body []byte) error {
-	c := &jsonChecker{dec: json.NewDecoder(bytes.NewReader(body)), body: body}
+func checkJSON(body []byte, fields map[string]bool) error {
+	c := &jsonChecker{dec: json.NewDecoder(bytes.NewReader(body)), body: body, fields: fields}
 	c.dec.UseNumber()
 	tok, err := c.dec.Token()
 	if err != nil {
@@ -175,8 +175,9 @@ func checkJSON(body []byte) error {
 
 // jsonChecker walks a body token by token, seeing each token's raw bytes.
 type jsonChecker struct {
-	dec  *json.Decoder
-	body []byte
+	dec    *json.Decoder
+	body   []byte
+	fields map[string]bool // the fields the body may have
 }
 
 // token reads the next token and reports whether its raw bytes hold an
@@ -206,7 +207,7 @@ func (c *jsonChecker) object(field string, depth int) error {
 			return Invalidf(param(field, key), "The field %q appears twice.", truncate(key, 40))
 		}
 		seen[key] = true
-		if depth == 1 && !requestFields[key] {
+		if depth == 1 && !c.fields[key] {
 			return Invalidf(truncate(key, 40), "Unknown field %q.", truncate(key, 40))
 		}
 		if err := c.value(param(field, key), depth); err != nil {

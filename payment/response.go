@@ -25,6 +25,11 @@ const (
 	ProblemInternal            = "/problems/internal-error"
 	ProblemCrossOrigin         = "/problems/cross-origin-request"
 	ProblemTooManyRequests     = "/problems/too-many-requests"
+	ProblemKeyExpired          = "/problems/idempotency-key-expired"
+	ProblemNotRefundable       = "/problems/payment-not-refundable"
+	ProblemRefundExceeds       = "/problems/refund-exceeds-remaining"
+	ProblemRefundDeclined      = "/problems/refund-declined"
+	ProblemRefundNotDone       = "/problems/refund-not-completed"
 )
 
 // Problem is an RFC 9457 problem details body.
@@ -36,6 +41,7 @@ type Problem struct {
 	// Param names the request field an invalid-request problem is about.
 	Param       string `json:"param,omitempty"`
 	PaymentID   string `json:"payment_id,omitempty"`
+	RefundID    string `json:"refund_id,omitempty"`
 	DeclineCode string `json:"decline_code,omitempty"`
 }
 
@@ -44,32 +50,50 @@ type Problem struct {
 // finishes well within it.
 const RetryAfterSeconds = 1
 
+// errorClass is what one error code becomes: the problem a client sees and
+// the outcome metrics and logs count. The one table of that mapping.
+type errorClass struct {
+	typ, title string
+	status     int
+	outcome    string
+}
+
+var errorClasses = map[string]errorClass{
+	EINVALID:        {ProblemInvalidRequest, "Invalid request", 400, "bad_request"},
+	EKEY:            {ProblemInvalidKey, "Invalid Idempotency-Key", 400, "bad_request"},
+	EUNAUTHORIZED:   {ProblemUnauthorized, "Unauthorized", 401, "unauthorized"},
+	ENOTFOUND:       {ProblemNotFound, "Not found", 404, "not_found"},
+	EKEYREUSED:      {ProblemKeyReused, "Idempotency-Key reused", 409, "key_reused"},
+	EINPROGRESS:     {ProblemInProgress, "Request in progress", 409, "in_progress"},
+	EOUTCOMEUNKNOWN: {ProblemOutcomeUnknown, "Payment outcome unknown", 503, "outcome_unknown"},
+	EUNAVAILABLE:    {ProblemUnavailable, "Service unavailable", 503, "unavailable"},
+	EINTERNAL:       {ProblemInternal, "Internal error", 500, "internal"},
+	EKEYEXPIRED:     {ProblemKeyExpired, "Idempotency-Key expired", 409, "key_expired"},
+	ENOTREFUNDABLE:  {ProblemNotRefundable, "Payment not refundable", 409, "not_refundable"},
+	EREFUNDEXCEEDS:  {ProblemRefundExceeds, "Refund exceeds what is left", 409, "refund_exceeds"},
+}
+
+func classOf(err error) errorClass {
+	if c, ok := errorClasses[ErrorCode(err)]; ok {
+		return c
+	}
+	return errorClasses[EINTERNAL]
+}
+
 // ProblemOf maps an error to the problem a client sees. Internal errors get
 // a bare 500 whose detail never carries their text.
 func ProblemOf(err error) Problem {
-	p := Problem{Detail: ErrorMessage(err), Param: ErrorParam(err)}
-	switch ErrorCode(err) {
-	case EINVALID:
-		p.Type, p.Title, p.Status = ProblemInvalidRequest, "Invalid request", 400
-	case EKEY:
-		p.Type, p.Title, p.Status = ProblemInvalidKey, "Invalid Idempotency-Key", 400
-	case EUNAUTHORIZED:
-		p.Type, p.Title, p.Status = ProblemUnauthorized, "Unauthorized", 401
-	case ENOTFOUND:
-		p.Type, p.Title, p.Status = ProblemNotFound, "Not found", 404
-	case EKEYREUSED:
-		p.Type, p.Title, p.Status = ProblemKeyReused, "Idempotency-Key reused", 409
-	case EINPROGRESS:
-		p.Type, p.Title, p.Status = ProblemInProgress, "Request in progress", 409
-	case EOUTCOMEUNKNOWN:
-		p.Type, p.Title, p.Status = ProblemOutcomeUnknown, "Payment outcome unknown", 503
-	case EUNAVAILABLE:
-		p.Type, p.Title, p.Status = ProblemUnavailable, "Service unavailable", 503
-	default:
-		p.Type, p.Title, p.Status = ProblemInternal, "Internal error", 500
+	c := classOf(err)
+	p := Problem{Type: c.typ, Title: c.title, Status: c.status, Detail: ErrorMessage(err), Param: ErrorParam(err)}
+	if e, ok := Of(err); ok {
+		p.PaymentID, p.RefundID = e.PaymentID, e.RefundID
 	}
 	return p
 }
+
+// OutcomeOf names the outcome of a request answered with err, for metrics
+// and the request log.
+func OutcomeOf(err error) string { return classOf(err).outcome }
 
 // Retryable reports whether the client should retry the same request after
 // Retry-After: the first request still runs, or the outcome is not known yet.
@@ -92,29 +116,57 @@ type View struct {
 	FailureCode    string            `json:"failure_code,omitempty"`
 	Description    string            `json:"description,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	CreatedAt      string            `json:"created_at"`
+	AmountRefunded int64             `json:"amount_refunded"`
+	Refunds        []RefundView      `json:"refunds"`
+	// IdempotencyKey is absent once the key's record was purged.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	CreatedAt      string `json:"created_at"`
+}
+
+// paymentDetails is what a payment keeps of its request besides the amount
+// and currency: Payment.Details.
+type paymentDetails struct {
+	Description string            `json:"description,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+}
+
+// View is the payment's public JSON, with its refunds.
+func (p *Payment) View(refunds []Refund) View {
+	var d paymentDetails
+	_ = json.Unmarshal(p.Details, &d) // our own JSON; none in a row migrated without it
+	v := View{
+		ID:             p.ID,
+		Object:         "payment",
+		Status:         p.Status,
+		Amount:         p.Amount,
+		Currency:       p.Currency,
+		ChargeID:       p.ChargeID,
+		FailureCode:    p.FailureCode,
+		Description:    d.Description,
+		Metadata:       d.Metadata,
+		AmountRefunded: p.AmountRefunded,
+		Refunds:        make([]RefundView, 0, len(refunds)),
+		IdempotencyKey: p.Key,
+		CreatedAt:      formatTime(p.CreatedAt),
+	}
+	for _, r := range refunds {
+		v.Refunds = append(v.Refunds, r.View())
+	}
+	return v
 }
 
 // View builds the attempt's public JSON from what is stored, so a response
 // built later (by reconcile, or by a takeover) has the same bytes a live
-// request would have stored.
+// request would have stored. A new payment has no refunds.
 func (a *Attempt) View() View {
 	var r Request
 	_ = json.Unmarshal(a.Request, &r) // a.Request is our own canonical JSON
-	return View{
-		ID:             a.ID,
-		Object:         "payment",
-		Status:         a.Status,
-		Amount:         a.Amount,
-		Currency:       a.Currency,
-		ChargeID:       a.ChargeID,
-		FailureCode:    a.FailureCode,
-		Description:    r.Description,
-		Metadata:       r.Metadata,
-		IdempotencyKey: a.Key,
-		CreatedAt:      formatTime(a.CreatedAt),
+	p := Payment{
+		ID: a.ID, Key: a.Key, Amount: a.Amount, Currency: a.Currency, Status: a.Status,
+		ChargeID: a.ChargeID, FailureCode: a.FailureCode, CreatedAt: a.CreatedAt,
+		Details: marshalLine(paymentDetails{Description: r.Description, Metadata: r.Metadata}),
 	}
+	return p.View(nil)
 }
 
 // Body is the view's JSON, newline-terminated.

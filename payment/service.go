@@ -5,13 +5,13 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/oncepay/oncepay/internal/crashpoint"
 )
 
 // Result is the answer to a payment request: a status and the exact body.
@@ -42,173 +42,82 @@ type Service struct {
 // number of calls. A final outcome is stored and every later call gets its
 // exact bytes; errors carry the code the client sees.
 func (s *Service) Pay(ctx context.Context, scope, key string, req Request) (Result, error) {
-	canonical := req.Canonical()
-	hash := fingerprint(canonical)
-	// A retry finds its row with a read and never waits for the writer. Only
-	// the INSERT below decides who owns a new key.
-	cur, err := s.Store.Attempt(ctx, scope, key)
-	if ErrorCode(err) == ENOTFOUND {
-		now := s.Now()
-		a := Attempt{
-			Scope: scope, Key: key, ID: NewPaymentID(),
-			Request: canonical, RequestHash: hash,
-			Amount: req.Amount, Currency: req.Currency,
-			Status: InProgress, Fence: 1, LeaseExpiresAt: now.Add(s.Lease),
-			CreatedAt: now, UpdatedAt: now,
-		}
-		claimed, cerr := s.Store.Claim(ctx, &a)
-		if cerr != nil {
-			return Result{}, cerr
-		}
-		if claimed {
-			crashpoint.Hit("after-claim")
-			return s.charge(ctx, a, req, false)
-		}
-		cur, err = s.Store.Attempt(ctx, scope, key)
-	}
-	if err != nil {
-		return Result{}, err
-	}
-	return s.duplicate(ctx, cur, hash, req)
+	return s.once(ctx, NewAttempt(scope, key, req, s.Now(), s.Lease))
 }
 
-// duplicate answers a request whose key was already claimed: by the stored
-// answer, a conflict, or by taking over an attempt whose owner is gone.
-func (s *Service) duplicate(ctx context.Context, cur *Attempt, hash []byte, req Request) (Result, error) {
-	switch {
-	case string(cur.RequestHash) != string(hash):
-		return Result{}, Errorf(EKEYREUSED, "This Idempotency-Key was already used with a different request. Use a new key for a new payment.")
-	case cur.Status != InProgress:
-		return Result{Status: cur.ResponseStatus, Body: cur.ResponseBody, Replayed: true}, nil
-	case cur.LeaseLive(s.Now()):
-		return Result{}, Errorf(EINPROGRESS, "A request with this Idempotency-Key is still being processed. Retry with the same key.")
-	}
-	now := s.Now()
-	fence, ok, err := s.Store.TakeOver(ctx, cur.Scope, cur.Key, cur.Fence, now, now.Add(s.Lease))
-	if err != nil {
-		return Result{}, err
-	}
-	if !ok { // another retry or reconcile got there first
-		return s.settled(ctx, *cur)
-	}
-	s.Log.Info("took over abandoned attempt", "payment_id", cur.ID, "fence", fence)
-	cur.Fence = fence
-	return s.charge(ctx, *cur, req, true)
-}
+// payments is the operation of a payment: one charge.
+type payments struct{ s *Service }
 
-// charge calls the provider as the owner of a under a.Fence and records the
-// answer. After a takeover it asks the provider first: the earlier owner may
-// have charged.
-func (s *Service) charge(ctx context.Context, a Attempt, req Request, lookupFirst bool) (Result, error) {
-	dk := DownstreamKey(a.Scope, a.Key)
-	// A client that hangs up must not abandon a charge in flight, nor the
-	// record of its answer. One deadline covers both provider calls, so the
-	// lease (longer than ProviderTimeout) outlasts them.
-	ctx = context.WithoutCancel(ctx)
-	pctx, cancel := context.WithTimeout(ctx, s.ProviderTimeout)
-	defer cancel()
-	var (
-		c     Charge
-		found bool
-		err   error
-	)
-	if lookupFirst {
-		c, found, err = s.lookup(pctx, LookupRequest{IdempotencyKey: dk, CreatedAt: a.CreatedAt})
+func (p payments) move(ctx context.Context, a Attempt) (Outcome, error) {
+	var req Request
+	if err := json.Unmarshal(a.Request, &req); err != nil { // our own canonical JSON
+		return Outcome{}, fmt.Errorf("payment %s: stored request: %w", a.ID, err)
 	}
-	if err == nil && !found {
-		c, err = s.providerCharge(pctx, ChargeRequest{
-			IdempotencyKey: dk, PaymentID: a.ID, Amount: req.Amount, Currency: req.Currency,
-			Source: req.Source, Description: req.Description,
-		})
+	start := time.Now()
+	c, err := p.s.Provider.Charge(ctx, ChargeRequest{
+		IdempotencyKey: DownstreamKey(a.Scope, a.Key), PaymentID: a.ID, Amount: req.Amount, Currency: req.Currency,
+		Source: req.Source, Description: req.Description,
+	})
+	result := "succeeded"
+	if err != nil {
+		result = callResult(false, err)
 	}
+	p.s.observe("charge", result, start)
 	d, declined := IsDecline(err)
-	var o Outcome
 	switch {
 	case declined:
-		o = declinedOutcome(a, d)
-	case errors.Is(err, ErrProviderKeyReused), err == nil && !c.matches(a):
-		s.Log.Warn("provider holds this key for another payment", "payment_id", a.ID)
-		o = providerKeyReusedOutcome(a)
+		return declinedOutcome(a, d), nil
+	case errors.Is(err, ErrProviderKeyReused):
+		return p.keyReused(a), nil
 	case err != nil:
-		s.Log.Warn("provider outcome unknown", "payment_id", a.ID, "err", err)
-		// Not stored: the retry (same key) takes over at once and asks the provider.
-		if rerr := s.Store.Release(ctx, a.Scope, a.Key, a.Fence, s.Now()); rerr != nil {
-			s.Log.Error("release lease", "payment_id", a.ID, "err", rerr)
-		}
-		if errors.Is(err, ErrProviderUnavailable) {
-			return Result{}, Errorf(EUNAVAILABLE, "The payment provider cannot be used right now. Retry later with the same Idempotency-Key.")
-		}
-		return Result{}, Errorf(EOUTCOMEUNKNOWN, "The payment provider's answer was lost; the payment may or may not have been charged. Retry with the same Idempotency-Key to learn the outcome.")
-	default:
-		o = SucceededOutcome(a, c)
-		crashpoint.Hit("after-charge")
+		return Outcome{}, err
 	}
-	ok, err := s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o, s.Now())
-	if err != nil {
-		return Result{}, err
-	}
-	crashpoint.Hit("after-record")
-	if !ok { // fenced out: a takeover or reconcile recorded first; theirs stands
-		return s.settled(ctx, a)
-	}
-	return Result{Status: o.ResponseStatus, Body: o.ResponseBody}, nil
+	return p.outcome(a, c), nil
 }
 
-// lookup asks the provider for the charge under req's key; ctx bounds the call.
-func (s *Service) lookup(ctx context.Context, req LookupRequest) (Charge, bool, error) {
+func (p payments) find(ctx context.Context, a Attempt) (Outcome, bool, error) {
 	start := time.Now()
-	c, found, err := s.Provider.Lookup(ctx, req)
-	result := "not_found"
-	switch {
-	case err != nil:
-		result = "unknown"
-	case found:
-		result = "found"
+	c, found, err := p.s.Provider.Lookup(ctx, LookupRequest{IdempotencyKey: DownstreamKey(a.Scope, a.Key), CreatedAt: a.CreatedAt})
+	p.s.observe("lookup", callResult(found, err), start)
+	if err != nil || !found {
+		return Outcome{}, false, err
 	}
-	s.observe("lookup", result, start)
-	return c, found, err
+	return p.outcome(a, c), true, nil
 }
 
-// providerCharge asks the provider to charge; ctx bounds the call.
-func (s *Service) providerCharge(ctx context.Context, req ChargeRequest) (Charge, error) {
-	start := time.Now()
-	c, err := s.Provider.Charge(ctx, req)
-	result := "succeeded"
-	if _, declined := IsDecline(err); declined {
-		result = "declined"
-	} else if err != nil {
-		result = "unknown"
+// outcome is what the provider's charge c under a's key means: a's payment,
+// or, for another amount or currency, another payment's.
+func (p payments) outcome(a Attempt, c Charge) Outcome {
+	if !c.matches(a) {
+		return p.keyReused(a)
 	}
-	s.observe("charge", result, start)
-	return c, err
+	return SucceededOutcome(a, c)
 }
 
-func (s *Service) observe(op, result string, start time.Time) {
-	if s.ObserveProviderCall != nil {
-		s.ObserveProviderCall(op, result, time.Since(start))
-	}
+func (p payments) keyReused(a Attempt) Outcome {
+	p.s.Log.Warn("provider holds this key for another payment", "payment_id", a.ID)
+	return providerKeyReusedOutcome(a)
 }
 
-// settled answers from whatever the store holds now, for a caller that lost
-// a race for ownership.
-func (s *Service) settled(ctx context.Context, a Attempt) (Result, error) {
-	cur, err := s.Store.Attempt(ctx, a.Scope, a.Key)
-	if err != nil {
-		return Result{}, err
-	}
-	if cur.Status == InProgress {
-		return Result{}, Errorf(EINPROGRESS, "A request with this Idempotency-Key is still being processed. Retry with the same key.")
-	}
-	return Result{Status: cur.ResponseStatus, Body: cur.ResponseBody, Replayed: true}, nil
+func (payments) notCompleted(a Attempt) Outcome { return NotCompletedOutcome(a) }
+
+func (payments) unknown(Attempt) error {
+	return Errorf(EOUTCOMEUNKNOWN, "The payment provider's answer was lost; the payment may or may not have been charged. Retry with the same Idempotency-Key to learn the outcome.")
 }
 
-// Payment returns the payment with id in scope.
+// Payment returns the payment with id in scope, with its refunds.
 func (s *Service) Payment(ctx context.Context, scope, id string) (View, error) {
-	a, err := s.Store.AttemptByID(ctx, scope, id)
+	p, err := s.Store.Payment(ctx, scope, id)
 	if err != nil {
 		return View{}, err
 	}
-	return a.View(), nil
+	var rs []Refund
+	if p.AmountRefunded+p.AmountReserved > 0 || p.Status == Succeeded {
+		if rs, err = s.Store.Refunds(ctx, scope, id); err != nil {
+			return View{}, err
+		}
+	}
+	return p.View(rs), nil
 }
 
 // DownstreamKey is the idempotency key oncepay gives the provider for

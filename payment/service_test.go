@@ -220,3 +220,44 @@ func TestAttemptLeaseAndStaleness(t *testing.T) {
 		}
 	}
 }
+
+// pausedAfterClaim is a store whose owner stalls right after its claim
+// commits (a stopped process, a long pause) until its lease has run out.
+type pausedAfterClaim struct {
+	payment.Store
+	clock *clock
+	lease time.Duration
+}
+
+func (p pausedAfterClaim) Claim(ctx context.Context, a *payment.Attempt) (bool, error) {
+	ok, err := p.Store.Claim(ctx, a)
+	p.clock.Add(p.lease + time.Second)
+	return ok, err
+}
+
+// An owner whose lease ran out between its claim and its provider call
+// does not call: by then a retry may own the attempt, or reconcile may have
+// settled it as never charged. It answers that the outcome is unknown; the
+// retry then charges, once.
+func TestOwnerPastItsLeaseDoesNotCall(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	f.Service.ProviderTimeout = 5 * time.Second
+	f.Service.Store = pausedAfterClaim{Store: f.DB, clock: f.clock, lease: f.Service.Lease}
+	_, err := f.Service.Pay(ctx, "demo", "k", visa)
+	dk := payment.DownstreamKey("demo", "k")
+	if payment.ErrorCode(err) != payment.EOUTCOMEUNKNOWN {
+		t.Errorf("the paused owner = %v, want outcome unknown", err)
+	}
+	if c := f.Calls()[dk]; c.Charges != 0 {
+		t.Errorf("the paused owner made %d charge calls, want none", c.Charges)
+	}
+	f.Service.Store = f.DB
+	r, err := f.Service.Pay(ctx, "demo", "k", visa)
+	if err != nil || r.Status != 201 {
+		t.Fatalf("the retry = %d %s, %v; want 201", r.Status, r.Body, err)
+	}
+	if c := f.Calls()[dk]; c.Charges != 1 || c.Lookups != 1 {
+		t.Errorf("provider calls = %+v, want the retry's lookup and one charge", c)
+	}
+}

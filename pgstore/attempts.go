@@ -6,21 +6,45 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/oncepay/oncepay/internal/crashpoint"
 	"github.com/oncepay/oncepay/payment"
 )
 
 // Claim inserts a unless its (scope, idempotency_key) exists; the rows
 // affected decide ownership, never a read. Of concurrent claims on one key,
 // PostgreSQL makes all but the first wait for its commit, then do nothing.
+// The payment or refund a makes is created in the same transaction
+// (payments.go); a refusal rolls it all back, claim included.
 func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err error) {
-	n, err := db.exec(ctx, `INSERT INTO payment_attempts
-		(scope, idempotency_key, id, request_hash, request, amount, currency,
-		 status, fence, lease_expires_at, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-		ON CONFLICT (scope, idempotency_key) DO NOTHING`,
-		a.Scope, a.Key, a.ID, a.RequestHash, a.Request, a.Amount, a.Currency,
-		string(a.Status), a.Fence, msOrNull(a.LeaseExpiresAt), ms(a.CreatedAt), ms(a.UpdatedAt))
-	return n == 1 && err == nil, err
+	c := *a // what the claim reserved; a is set to it only once committed
+	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO payment_attempts
+			(scope, idempotency_key, id, request_hash, request, amount, currency,
+			 status, fence, lease_expires_at, created_at, updated_at, kind, payment_id, details)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+			ON CONFLICT (scope, idempotency_key) DO NOTHING`,
+			c.Scope, c.Key, c.ID, c.RequestHash, c.Request, c.Amount, c.Currency,
+			string(c.Status), c.Fence, msOrNull(c.LeaseExpiresAt), ms(c.CreatedAt), ms(c.UpdatedAt),
+			string(c.Kind), nullString(c.PaymentID), c.Details)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err // a duplicate: the caller reads the row that holds the key
+		}
+		if err := refuseExpiredKey(ctx, tx, &c); err != nil {
+			return err
+		}
+		if c.Kind == payment.KindRefund {
+			err = createRefund(ctx, tx, &c)
+		} else {
+			err = createPayment(ctx, tx, &c)
+		}
+		claimed = err == nil
+		return err
+	})
+	if err != nil {
+		return false, mapErr(err)
+	}
+	*a = c
+	return claimed, nil
 }
 
 // TakeOver moves an abandoned attempt to a new owner: one guarded UPDATE.
@@ -38,14 +62,45 @@ func (db *DB) TakeOver(ctx context.Context, scope, key string, fence int64, now,
 
 // Record stores the final outcome, guarded by the owner's fence and the
 // status: a late owner cannot overwrite what a takeover or reconcile wrote.
+// In the same transaction it settles the payment or refund the attempt made.
 func (db *DB) Record(ctx context.Context, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
-	n, err := db.exec(ctx, `UPDATE payment_attempts
-		SET status = $1, response_status = $2, response_body = $3, charge_id = $4,
-		    failure_code = $5, lease_expires_at = NULL, updated_at = $6
-		WHERE scope = $7 AND idempotency_key = $8 AND status = 'in_progress' AND fence = $9`,
-		string(o.Status), o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID),
-		nullString(o.FailureCode), ms(now), scope, key, fence)
-	return n == 1 && err == nil, err
+	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		ok = false
+		var (
+			kind      string
+			id        string
+			paymentID *string
+			amount    int64
+		)
+		err := tx.QueryRow(ctx, `UPDATE payment_attempts
+			SET status = $1, response_status = $2, response_body = $3, charge_id = $4,
+			    failure_code = $5, lease_expires_at = NULL, updated_at = $6
+			WHERE scope = $7 AND idempotency_key = $8 AND status = 'in_progress' AND fence = $9
+			RETURNING kind, id, payment_id, amount`,
+			string(o.Status), o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID),
+			nullString(o.FailureCode), ms(now), scope, key, fence).Scan(&kind, &id, &paymentID, &amount)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // fenced out
+		}
+		if err != nil {
+			return err
+		}
+		if payment.Kind(kind) == payment.KindRefund {
+			err = settleRefund(ctx, tx, id, deref(paymentID), amount, o, now)
+		} else {
+			err = settlePayment(ctx, tx, id, o, now)
+		}
+		if err != nil {
+			return err
+		}
+		ok = true
+		crashpoint.Hit("in-record") // written, not yet committed
+		return nil
+	})
+	if err != nil {
+		return false, mapErr(err)
+	}
+	return ok, nil
 }
 
 // Release drops the owner's lease so that a retry can take over at once.
@@ -58,12 +113,37 @@ func (db *DB) Release(ctx context.Context, scope, key string, fence int64, now t
 
 const attemptColumns = `scope, idempotency_key, id, request_hash, request, amount, currency,
 	status, fence, lease_expires_at, response_status, response_body, charge_id,
-	failure_code, created_at, updated_at`
+	failure_code, created_at, updated_at, kind, payment_id, details`
 
 // Attempt returns the attempt for (scope, key).
 func (db *DB) Attempt(ctx context.Context, scope, key string) (*payment.Attempt, error) {
 	return attemptOrNotFound(scanAttempt(db.pool.QueryRow(ctx, `SELECT `+attemptColumns+` FROM payment_attempts
 		WHERE scope = $1 AND idempotency_key = $2`, scope, key)))
+}
+
+// Answer returns what a duplicate of (scope, key) is decided by: five
+// columns, not the whole attempt.
+func (db *DB) Answer(ctx context.Context, scope, key string) (*payment.Answer, error) {
+	var (
+		a          payment.Answer
+		status     string
+		lease      *int64
+		respStatus *int32
+	)
+	err := db.pool.QueryRow(ctx, `SELECT request_hash, status, lease_expires_at, response_status, response_body
+		FROM payment_attempts WHERE scope = $1 AND idempotency_key = $2`, scope, key).
+		Scan(&a.RequestHash, &status, &lease, &respStatus, &a.ResponseBody)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, payment.ErrNoPayment()
+	}
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	a.Status, a.LeaseExpiresAt = payment.Status(status), fromMS(lease)
+	if respStatus != nil {
+		a.ResponseStatus = int(*respStatus)
+	}
+	return &a, nil
 }
 
 // AttemptByID returns the attempt with payment id id, within scope only.
@@ -113,10 +193,12 @@ func scanAttemptAnd(row pgx.Row, extra ...any) (*payment.Attempt, error) {
 		respStatus        *int32
 		created, updated  int64
 		chargeID, failure *string
+		kind              string
+		paymentID         *string
 	)
 	dest := []any{&a.Scope, &a.Key, &a.ID, &a.RequestHash, &a.Request, &a.Amount, &a.Currency,
 		&status, &a.Fence, &lease, &respStatus, &a.ResponseBody, &chargeID,
-		&failure, &created, &updated}
+		&failure, &created, &updated, &kind, &paymentID, &a.Details}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}
@@ -125,12 +207,8 @@ func scanAttemptAnd(row pgx.Row, extra ...any) (*payment.Attempt, error) {
 	if respStatus != nil {
 		a.ResponseStatus = int(*respStatus)
 	}
-	if chargeID != nil {
-		a.ChargeID = *chargeID
-	}
-	if failure != nil {
-		a.FailureCode = *failure
-	}
+	a.ChargeID, a.FailureCode = deref(chargeID), deref(failure)
+	a.Kind, a.PaymentID = payment.Kind(kind), deref(paymentID)
 	a.CreatedAt, a.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
 	return &a, nil
 }

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -15,23 +16,25 @@ var ErrNotEmpty = errors.New("the target database is not empty")
 
 // Import writes s into this database in one transaction, which holds the
 // tables locked against every other writer while it runs. It refuses a
-// database that holds any attempt, merchant or API key: a copy never
+// database that holds any attempt, payment, webhook event, merchant or API
+// key: a copy never
 // merges. Settings (the provider binding) are taken from s, since its
 // attempts in progress belong to s's provider.
 func (db *DB) Import(ctx context.Context, s *payment.Snapshot) error {
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `LOCK TABLE payment_attempts, merchants, api_keys, settings IN EXCLUSIVE MODE`); err != nil {
+		if _, err := tx.Exec(ctx, `LOCK TABLE payment_attempts, payments, refunds, webhook_events, merchants, api_keys, settings IN EXCLUSIVE MODE`); err != nil {
 			return err
 		}
-		var attempts, merchants, keys bool
+		var attempts, payments, events, merchants, keys bool
 		if err := tx.QueryRow(ctx, `SELECT
-			EXISTS (SELECT 1 FROM payment_attempts), EXISTS (SELECT 1 FROM merchants), EXISTS (SELECT 1 FROM api_keys)`).
-			Scan(&attempts, &merchants, &keys); err != nil {
+			EXISTS (SELECT 1 FROM payment_attempts), EXISTS (SELECT 1 FROM payments), EXISTS (SELECT 1 FROM webhook_events),
+			EXISTS (SELECT 1 FROM merchants), EXISTS (SELECT 1 FROM api_keys)`).
+			Scan(&attempts, &payments, &events, &merchants, &keys); err != nil {
 			return err
 		}
-		if attempts || merchants || keys {
-			return fmt.Errorf("%w (payments: %v, merchants: %v, API keys: %v): copy into a new, empty database",
-				ErrNotEmpty, attempts, merchants, keys)
+		if attempts || payments || events || merchants || keys {
+			return fmt.Errorf("%w (attempts: %v, payments: %v, webhook events: %v, merchants: %v, API keys: %v): copy into a new, empty database",
+				ErrNotEmpty, attempts, payments, events, merchants, keys)
 		}
 		for name, value := range s.Settings {
 			if _, err := tx.Exec(ctx, `INSERT INTO settings (name, value) VALUES ($1, $2)
@@ -53,9 +56,9 @@ func (db *DB) Import(ctx context.Context, s *payment.Snapshot) error {
 			})); err != nil {
 			return err
 		}
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"payment_attempts"}, []string{"scope", "idempotency_key", "id", "request_hash", "request",
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"payment_attempts"}, []string{"scope", "idempotency_key", "id", "request_hash", "request",
 			"amount", "currency", "status", "fence", "lease_expires_at", "response_status", "response_body", "charge_id",
-			"failure_code", "created_at", "updated_at"},
+			"failure_code", "created_at", "updated_at", "kind", "payment_id", "details"},
 			pgx.CopyFromSlice(len(s.Attempts), func(i int) ([]any, error) {
 				a := s.Attempts[i]
 				var respStatus *int32
@@ -65,7 +68,36 @@ func (db *DB) Import(ctx context.Context, s *payment.Snapshot) error {
 				}
 				return []any{a.Scope, a.Key, a.ID, a.RequestHash, a.Request, a.Amount, a.Currency,
 					string(a.Status), a.Fence, msOrNull(a.LeaseExpiresAt), respStatus, a.ResponseBody, nullString(a.ChargeID),
-					nullString(a.FailureCode), ms(a.CreatedAt), ms(a.UpdatedAt)}, nil
+					nullString(a.FailureCode), ms(a.CreatedAt), ms(a.UpdatedAt), string(a.Kind), nullString(a.PaymentID), a.Details}, nil
+			})); err != nil {
+			return err
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"payments"}, []string{"id", "scope", "key_hash", "amount", "currency", "status",
+			"charge_id", "failure_code", "amount_refunded", "amount_reserved", "details", "created_at", "updated_at"},
+			pgx.CopyFromSlice(len(s.Payments), func(i int) ([]any, error) {
+				p := s.Payments[i]
+				return []any{p.ID, p.Scope, p.KeyHash, p.Amount, p.Currency, string(p.Status),
+					nullString(p.ChargeID), nullString(p.FailureCode), p.AmountRefunded, p.AmountReserved, p.Details,
+					ms(p.CreatedAt), ms(p.UpdatedAt)}, nil
+			})); err != nil {
+			return err
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"refunds"}, []string{"id", "scope", "payment_id", "key_hash", "amount", "currency",
+			"status", "provider_refund_id", "failure_code", "details", "created_at", "updated_at"},
+			pgx.CopyFromSlice(len(s.Refunds), func(i int) ([]any, error) {
+				r := s.Refunds[i]
+				return []any{r.ID, r.Scope, r.PaymentID, r.KeyHash, r.Amount, r.Currency, string(r.Status),
+					nullString(r.ProviderRefundID), nullString(r.FailureCode), r.Details, ms(r.CreatedAt), ms(r.UpdatedAt)}, nil
+			})); err != nil {
+			return err
+		}
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"webhook_events"}, []string{"provider", "event_id", "type", "event", "payment_id",
+			"state", "attempts", "fence", "lease_expires_at", "result", "last_error", "received_at", "updated_at"},
+			pgx.CopyFromSlice(len(s.Events), func(i int) ([]any, error) {
+				e := s.Events[i]
+				body, err := json.Marshal(e.Event)
+				return []any{e.Provider, e.ID, e.Type, body, nullString(e.PaymentID), string(e.State), e.Attempts, e.Fence,
+					msOrNull(e.LeaseExpiresAt), nullString(e.Result), nullString(e.LastError), ms(e.ReceivedAt), ms(e.UpdatedAt)}, err
 			}))
 		return err
 	})

@@ -239,3 +239,11 @@ func nullString(s string) *string {
 	}
 	return &s
 }
+
+// deref is *s, "" for NULL.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

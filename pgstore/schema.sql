@@ -29,13 +29,76 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
     failure_code     TEXT,
     created_at       BIGINT  NOT NULL,
     updated_at       BIGINT  NOT NULL,
+    kind             TEXT    NOT NULL DEFAULT 'payment' CHECK (kind IN ('payment', 'refund')),
+    payment_id       TEXT COLLATE "C",  -- a refund's payment
+    details          BYTEA,             -- what the payment or refund keeps (JSON)
     PRIMARY KEY (scope, idempotency_key)
 );
+
+-- A database made before refunds gains the attempts' kind (the ALTERs do
+-- nothing on a current one). Its payments get their rows below.
+ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS kind TEXT NOT NULL DEFAULT 'payment' CHECK (kind IN ('payment', 'refund'));
+ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS payment_id TEXT COLLATE "C";
+ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS details BYTEA;
 
 -- Reconcile finds in-progress rows untouched for stale-after; purge finds
 -- final rows past the retention. Both by (status, updated_at).
 CREATE INDEX IF NOT EXISTS payment_attempts_status_updated
     ON payment_attempts (status, updated_at);
+
+-- Payments outlive their keys: a row per payment, made by its claim and
+-- settled by its record, kept for the payment retention (default: always).
+-- key_hash (SHA-256 of the Idempotency-Key) tells a late retry of a purged
+-- key apart from a new payment. The refundable amount is checked and
+-- reserved in one guarded UPDATE; the CHECK holds the invariant whatever
+-- the code does.
+CREATE TABLE IF NOT EXISTS payments (
+    id              TEXT COLLATE "C" PRIMARY KEY,  -- pay_...
+    scope           TEXT COLLATE "C" NOT NULL,
+    key_hash        BYTEA   NOT NULL,
+    amount          BIGINT  NOT NULL,
+    currency        TEXT    NOT NULL,
+    status          TEXT    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed')),
+    charge_id       TEXT COLLATE "C",
+    failure_code    TEXT,
+    amount_refunded BIGINT  NOT NULL DEFAULT 0,  -- refunds that succeeded
+    amount_reserved BIGINT  NOT NULL DEFAULT 0,  -- refunds in progress
+    details         BYTEA,                        -- description and metadata (JSON)
+    created_at      BIGINT  NOT NULL,
+    updated_at      BIGINT  NOT NULL,
+    UNIQUE (scope, key_hash),
+    CHECK (amount_refunded >= 0 AND amount_reserved >= 0 AND amount_refunded + amount_reserved <= amount)
+);
+
+-- The payments of a database made before refunds, as sqlitestore's
+-- migration makes them (the request without amount, currency and source
+-- is the details). Nothing once every payment attempt has its row.
+INSERT INTO payments (id, scope, key_hash, amount, currency, status, charge_id, failure_code, details, created_at, updated_at)
+    SELECT a.id, a.scope, sha256(convert_to(a.idempotency_key, 'UTF8')), a.amount, a.currency, a.status,
+           a.charge_id, a.failure_code,
+           convert_to((convert_from(a.request, 'UTF8')::jsonb - 'amount' - 'currency' - 'source')::text, 'UTF8'),
+           a.created_at, a.updated_at
+    FROM payment_attempts a
+    WHERE a.kind = 'payment' AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = a.id)
+    ON CONFLICT DO NOTHING;
+
+-- Refunds, kept as long as their payment.
+CREATE TABLE IF NOT EXISTS refunds (
+    id                 TEXT COLLATE "C" PRIMARY KEY,  -- re_...
+    scope              TEXT COLLATE "C" NOT NULL,
+    payment_id         TEXT COLLATE "C" NOT NULL REFERENCES payments (id),
+    key_hash           BYTEA   NOT NULL,
+    amount             BIGINT  NOT NULL CHECK (amount > 0),
+    currency           TEXT    NOT NULL,
+    status             TEXT    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed')),
+    provider_refund_id TEXT COLLATE "C",
+    failure_code       TEXT,
+    details            BYTEA,                 -- the reason (JSON)
+    created_at         BIGINT  NOT NULL,
+    updated_at         BIGINT  NOT NULL,
+    UNIQUE (scope, key_hash)
+);
+CREATE INDEX IF NOT EXISTS refunds_payment ON refunds (payment_id, created_at);
 
 -- Merchants: the scope of payments, kept across API key rotations.
 CREATE TABLE IF NOT EXISTS merchants (
@@ -60,3 +123,30 @@ CREATE TABLE IF NOT EXISTS settings (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+
+-- The inbox of provider events (webhooks), one row per (provider, event id):
+-- the INSERT ... ON CONFLICT DO NOTHING of this primary key is the dedupe
+-- of redeliveries, and state, fence and lease say who may apply the event,
+-- as for attempts. received -> processing -> processed | failed | ignored;
+-- failed is tried again (by a redelivery, the sweep or an operator) up to a
+-- bound.
+CREATE TABLE IF NOT EXISTS webhook_events (
+    provider         TEXT COLLATE "C" NOT NULL,  -- "stripe", "sim"
+    event_id         TEXT COLLATE "C" NOT NULL,  -- the provider's event id
+    type             TEXT    NOT NULL,  -- the provider's event type
+    event            BYTEA   NOT NULL,  -- the verified event, as oncepay reads it (JSON)
+    payment_id       TEXT COLLATE "C",  -- the attempt it names, if any
+    state            TEXT    NOT NULL CHECK (state IN ('received', 'processing', 'processed', 'failed', 'ignored')),
+    attempts         INTEGER NOT NULL,  -- processing tries begun
+    fence            BIGINT  NOT NULL,  -- bumped by every try; guards its finish
+    lease_expires_at BIGINT,            -- set while processing
+    result           TEXT,              -- what applying it did
+    last_error       TEXT,
+    received_at      BIGINT  NOT NULL,
+    updated_at       BIGINT  NOT NULL,
+    PRIMARY KEY (provider, event_id)
+);
+
+-- The sweep finds stranded events, the admin page lists by state.
+CREATE INDEX IF NOT EXISTS webhook_events_state_updated
+    ON webhook_events (state, updated_at);

@@ -7,10 +7,14 @@ cd "$(dirname "$0")/.."
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
-# The browser tests drive Debian's Chromium; install it when it is missing.
-if ! command -v chromium >/dev/null 2>&1; then
+# The browser tests drive Debian's Chromium and the model check runs spin;
+# install whichever is missing, with one apt-get update.
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v spin >/dev/null 2>&1 || missing+=(spin)
+if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 # The PostgreSQL tests run against ONCEPAY_TEST_POSTGRES (a postgres:// URL

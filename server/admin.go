@@ -36,6 +36,7 @@ const adminPageSize = 50
 var adminTemplates = map[string]*template.Template{
 	"attempts": template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempts.html")),
 	"attempt":  template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempt.html")),
+	"events":   template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/events.html")),
 }
 
 // adminAuth lets through only requests with the admin credential, as HTTP
@@ -115,9 +116,14 @@ func (s *server) row(a payment.ListedAttempt, now time.Time) attemptRow {
 		Stale:         a.Stale(now, s.Admin.Reconciler.StaleAfter),
 		Age:           age(now.Sub(a.CreatedAt)),
 		AmountText:    formatAmount(a.Amount, a.Currency),
-		StatusText:    map[payment.Status]string{payment.InProgress: "in progress", payment.Succeeded: "succeeded", payment.Failed: "failed"}[a.Status],
+		StatusText:    statusText(a.Status),
 		Fingerprint:   hex.EncodeToString(a.RequestHash),
 	}
+}
+
+// statusText is a status as the pages write it.
+func statusText(st payment.Status) string {
+	return map[payment.Status]string{payment.InProgress: "in progress", payment.Succeeded: "succeeded", payment.Failed: "failed"}[st]
 }
 
 type pageBase struct {
@@ -237,6 +243,53 @@ type attemptPage struct {
 	Request, Response string
 	Lease             string
 	DownstreamKey     string
+	// Payment is the payment the attempt made, or the one it refunds; nil
+	// once the payment retention has deleted it.
+	Payment *paymentPanel
+}
+
+// paymentPanel is a payment's money as the detail page shows it: what was
+// charged, what went back, and each refund.
+type paymentPanel struct {
+	ID                                       string
+	Status                                   payment.Status
+	AmountText, RefundedText, RefundableText string
+	ReservedText                             string // "" when no refund is in progress
+	Refunds                                  []refundRow
+}
+
+// refundRow is one refund of the payment.
+type refundRow struct {
+	payment.Refund
+	Reason     string
+	AmountText string
+	StatusText string
+}
+
+// paymentPanel reads payment id of scope and its refunds; nil if the
+// payment is gone (the payment retention).
+func (s *server) paymentPanel(r *http.Request, scope, id string) (*paymentPanel, error) {
+	p, err := s.Admin.Store.Payment(r.Context(), scope, id)
+	if payment.ErrorCode(err) == payment.ENOTFOUND {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	refunds, err := s.Admin.Store.Refunds(r.Context(), scope, id)
+	if err != nil {
+		return nil, err
+	}
+	panel := &paymentPanel{ID: p.ID, Status: p.Status, AmountText: formatAmount(p.Amount, p.Currency),
+		RefundedText: formatAmount(p.AmountRefunded, p.Currency), RefundableText: formatAmount(p.Refundable(), p.Currency)}
+	if p.AmountReserved > 0 {
+		panel.ReservedText = formatAmount(p.AmountReserved, p.Currency)
+	}
+	for _, rf := range refunds {
+		panel.Refunds = append(panel.Refunds, refundRow{Refund: rf, Reason: rf.View().Reason,
+			AmountText: formatAmount(rf.Amount, rf.Currency), StatusText: statusText(rf.Status)})
+	}
+	return panel, nil
 }
 
 func (s *server) handleAdminAttempt(w http.ResponseWriter, r *http.Request) {
@@ -250,6 +303,14 @@ func (s *server) handleAdminAttempt(w http.ResponseWriter, r *http.Request) {
 		pageBase: s.pageBase(now), A: s.row(*a, now),
 		Request: indent(a.Request), Response: indent(a.ResponseBody),
 		Lease: leaseText(&a.Attempt, now), DownstreamKey: payment.DownstreamKey(a.Scope, a.Key),
+	}
+	paymentID := a.ID
+	if a.Kind == payment.KindRefund {
+		paymentID, p.DownstreamKey = a.PaymentID, payment.RefundDownstreamKey(a.Scope, a.Key)
+	}
+	if p.Payment, err = s.paymentPanel(r, a.Scope, paymentID); err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	switch r.URL.Query().Get("reconciled") {
 	case "1":

@@ -92,10 +92,8 @@ func TestAdminInBrowser(t *testing.T) {
 		}
 	}
 	req, _ := payment.ParseRequest([]byte(visa))
-	stuck := &payment.Attempt{Scope: "demo", Key: "order-1005-stuck", ID: payment.NewPaymentID(), Request: req.Canonical(),
-		RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR", Status: payment.InProgress, Fence: 1,
-		LeaseExpiresAt: now.Add(time.Second), CreatedAt: now, UpdatedAt: now}
-	if ok, err := e.DB.Claim(context.Background(), stuck); !ok || err != nil {
+	stuck := payment.NewAttempt("demo", "order-1005-stuck", req, now, time.Second)
+	if ok, err := e.DB.Claim(context.Background(), &stuck); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	mu.Lock()
@@ -161,6 +159,77 @@ func TestAdminInBrowser(t *testing.T) {
 	}
 	if title := eval[string](t, ctx, `document.title`); title == "pwned" {
 		t.Errorf("a stored payload ran")
+	}
+}
+
+// The inbox page in a real browser: an event that could not be applied is
+// listed failed with its last error, and Redeliver, once the request that
+// held its payment is gone, applies it: the row turns processed.
+func TestAdminEventsInBrowser(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e := newEnv(t, envOptions{now: clock})
+	ctx := newBrowser(t)
+
+	a, c := e.stuck("k-held")
+	// A retry took the attempt over and is still calling the provider.
+	if _, ok, err := e.DB.TakeOver(context.Background(), "demo", "k-held", a.Fence, now, now.Add(time.Hour)); !ok || err != nil {
+		t.Fatalf("TakeOver = %v, %v", ok, err)
+	}
+	if r := e.webhook("msg_held", time.Now(), simWebhookSecret, simEvent(a, c)); r.Status != 503 {
+		t.Fatalf("webhook = %d %s, want 503: the attempt is held", r.Status, r.Body)
+	}
+	if e.webhook("msg_other", time.Now(), simWebhookSecret, []byte(`{"type":"customer.created","timestamp":"2026-01-01T00:00:00Z","data":{}}`)).Status != 200 {
+		t.Fatalf("an unused event type was not accepted")
+	}
+
+	base := e.Server.URL
+	failedRow := `tr[data-state="failed"]`
+	run(t, ctx, chromedp.Navigate(base+"/admin/events"), chromedp.WaitVisible(chromedp.CSS("table.events")))
+	if n := eval[int](t, ctx, `document.querySelectorAll("table.events tbody tr").length`); n != 2 {
+		t.Errorf("rows = %d, want 2", n)
+	}
+	if id := eval[string](t, ctx, `document.querySelector('`+failedRow+` td[data-label="Event"]').textContent`); id != "msg_held" {
+		t.Errorf("failed event = %q, want msg_held", id)
+	}
+	if st := eval[string](t, ctx, `document.querySelector('`+failedRow+` .pill').textContent`); st != "failed" {
+		t.Errorf("state shown = %q, want failed", st)
+	}
+	if msg := eval[string](t, ctx, `document.querySelector('`+failedRow+` td[data-label="Result"]').textContent`); !strings.Contains(msg, "A request holds this payment") {
+		t.Errorf("last error shown = %q, want why it was not applied", msg)
+	}
+	if n := eval[int](t, ctx, `document.querySelectorAll("button").length`); n != 1 {
+		t.Errorf("%d buttons, want one Redeliver, on the failed event only", n)
+	}
+
+	// Filter by state.
+	run(t, ctx, chromedp.Navigate(base+"/admin/events?state=ignored"), chromedp.WaitVisible(chromedp.CSS("table.events")))
+	if states := eval[[]string](t, ctx, `[...document.querySelectorAll("tbody tr")].map(tr => tr.dataset.state)`); len(states) != 1 || states[0] != "ignored" {
+		t.Errorf("ignored filter shows %q, want one ignored", states)
+	}
+
+	// The retry died; Redeliver applies the event.
+	mu.Lock()
+	now = now.Add(2 * time.Hour)
+	mu.Unlock()
+	run(t, ctx, chromedp.Navigate(base+"/admin/events"), chromedp.WaitVisible(chromedp.CSS(failedRow+" button")),
+		chromedp.Click(chromedp.CSS(failedRow+" button")), chromedp.WaitVisible(chromedp.CSS("p.flash")))
+	if flash := eval[string](t, ctx, `document.querySelector("p.flash").textContent`); !strings.Contains(flash, "now processed") {
+		t.Errorf("flash = %q, want the event now processed", flash)
+	}
+	row := `[...document.querySelectorAll("tbody tr")].find(tr => tr.querySelector('td[data-label="Event"]').textContent === "msg_held")`
+	if st := eval[string](t, ctx, row+`.dataset.state`); st != "processed" {
+		t.Errorf("state after Redeliver = %q, want processed", st)
+	}
+	if n := eval[int](t, ctx, row+`.querySelectorAll("button").length`); n != 0 {
+		t.Errorf("a processed event still offers Redeliver")
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-held"); got.Status != payment.Succeeded || got.ChargeID != c.ID {
+		t.Errorf("attempt = %s %q, want succeeded with the provider's charge %s", got.Status, got.ChargeID, c.ID)
+	}
+	if n := len(e.ledger()[payment.DownstreamKey("demo", "k-held")]); n != 1 {
+		t.Errorf("ledger holds %d charges, want 1", n)
 	}
 }
 

@@ -105,6 +105,65 @@ func TestAdminEscapesStoredValues(t *testing.T) {
 	}
 }
 
+// The detail page shows the payment's money and each refund, as text; the
+// list shows refund attempts beside payment attempts, each with its kind.
+func TestAdminShowsRefunds(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	id := e.paid("order-1")
+	refundKey := `refund-<script>alert(1)</script>`
+	first := e.refund(id, refundKey, `{"amount":300,"reason":"requested_by_customer"}`)
+	second := e.refund(id, "refund-2", `{"amount":200,"reason":"duplicate"}`)
+	if first.Status != 201 || second.Status != 201 {
+		t.Fatalf("refunds = %d %s, %d %s", first.Status, first.Body, second.Status, second.Body)
+	}
+	var r1, r2 payment.RefundView
+	json.Unmarshal(first.Body, &r1)
+	json.Unmarshal(second.Body, &r2)
+
+	pay := string(e.do("GET", "/admin/attempts/"+id, nil).Body)
+	refund := string(e.do("GET", "/admin/attempts/"+r1.ID, nil).Body)
+	for name, page := range map[string]string{"payment": pay, "refund": refund} {
+		for _, want := range []string{
+			`<dd id="amount-refunded">5.00 EUR</dd>`, "<dt>Refundable</dt><dd>5.00 EUR</dd>",
+			r1.ID, "3.00 EUR", "requested_by_customer",
+			r2.ID, "2.00 EUR", "duplicate", `<span class="pill succeeded">succeeded</span>`,
+			"refund-&lt;script&gt;alert(1)&lt;/script&gt;",
+			r1.CreatedAt[:10], // the created date
+		} {
+			if !strings.Contains(page, want) {
+				t.Errorf("%s page lacks %q", name, want)
+			}
+		}
+		if strings.Contains(page, "<script>alert") {
+			t.Errorf("%s page contains the key raw", name)
+		}
+	}
+	if !strings.Contains(pay, `<span class="pill kind" id="kind">payment</span>`) {
+		t.Errorf("payment page does not say its kind")
+	}
+	for _, want := range []string{
+		`<span class="pill kind" id="kind">refund</span>`,
+		`<dt>Refund of</dt><dd class="mono"><a href="/admin/attempts/` + id + `">`,
+		"<dt>Provider refund</dt>",
+		payment.RefundDownstreamKey(demoScope, refundKey),
+	} {
+		if !strings.Contains(refund, want) {
+			t.Errorf("refund page lacks %q", want)
+		}
+	}
+
+	list := string(e.do("GET", "/admin", nil).Body)
+	if got := strings.Count(list, `data-kind="refund"`); got != 2 {
+		t.Errorf("list shows %d refund attempts, want 2", got)
+	}
+	if got := strings.Count(list, `data-kind="payment"`); got != 1 {
+		t.Errorf("list shows %d payment attempts, want 1", got)
+	}
+	if strings.Contains(list, "<script>alert") {
+		t.Errorf("list page contains the key raw")
+	}
+}
+
 // GET /v1/attempts filters by status and bounds its limit.
 func TestListAttemptsJSON(t *testing.T) {
 	e := newEnv(t, envOptions{})
@@ -143,10 +202,8 @@ func TestAdminReconcileNow(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	e := newEnv(t, envOptions{now: clock})
 	req, _ := payment.ParseRequest([]byte(visa))
-	a := &payment.Attempt{Scope: "demo", Key: "stuck", ID: payment.NewPaymentID(), Request: req.Canonical(),
-		RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR", Status: payment.InProgress, Fence: 1,
-		LeaseExpiresAt: now.Add(time.Second), CreatedAt: now, UpdatedAt: now}
-	if ok, err := e.DB.Claim(context.Background(), a); !ok || err != nil {
+	a := payment.NewAttempt("demo", "stuck", req, now, time.Second)
+	if ok, err := e.DB.Claim(context.Background(), &a); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	r := e.do("POST", "/admin/attempts/"+a.ID+"/reconcile", nil)

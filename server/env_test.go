@@ -28,6 +28,7 @@ type env struct {
 	*oncepaytest.Env
 	t       testing.TB
 	Metrics *metrics.Metrics
+	Inbox   *payment.Inbox
 	Server  *httptest.Server
 	Client  *http.Client
 }
@@ -65,13 +66,19 @@ func newEnv(t testing.TB, o envOptions) *env {
 	oe.Reconciler.Observe = m.Reconciled
 	cfg := server.Config{Payments: oe.Service, Sim: oe.Sim.Handler(), Log: oe.Log, Metrics: m.Handler(), CountRequest: m.Request,
 		Admin: server.Admin{Store: oe.DB, Reconciler: oe.Reconciler, Token: o.adminToken, Open: !o.auth}}
+	inbox := payment.NewInbox(oe.DB, oe.DB, oe.Log, oe.Service.Now, oe.Service.Lease)
+	inbox.Observe = m.WebhookEvent
+	cfg.Inbox, cfg.CountWebhook = inbox, m.WebhookEvent
+	cfg.Webhooks = map[string]server.WebhookVerifier{"sim": func(h http.Header, body []byte) (payment.Event, error) {
+		return sim.VerifyWebhook(simWebhookSecret, h, body, time.Now())
+	}}
 	if o.auth {
 		cfg.Keys = oe.DB
 	}
 	if o.workshop {
 		cfg.Workshop = workshop.New(oe.Service, oe.Reconciler, oe.Sim, server.DemoScope)
 	}
-	e := &env{Env: oe, t: t, Metrics: m, Server: httptest.NewServer(server.New(cfg)),
+	e := &env{Env: oe, t: t, Metrics: m, Inbox: inbox, Server: httptest.NewServer(server.New(cfg)),
 		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}, Timeout: 30 * time.Second}}
 	t.Cleanup(e.Close)
 	return e
@@ -156,6 +163,9 @@ func (e *env) apiKey(name string) (scope, secret string) {
 	scope, _, secret = e.Merchant(e.t, name)
 	return scope, secret
 }
+
+// simWebhookSecret signs the simulated provider's events in these tests.
+const simWebhookSecret = "whsec_c2VydmVyLXRlc3Qtc2VjcmV0LTAwMDA="
 
 const visa = `{"amount":1000,"currency":"EUR","source":"tok_visa"}`
 

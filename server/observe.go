@@ -5,10 +5,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"net/http"
+	"strings"
 	"time"
-
-	"github.com/oncepay/oncepay/payment"
 )
 
 // requestInfo is what a handler learns that the request log line reports.
@@ -70,34 +70,19 @@ func (s *server) observe(next http.Handler) http.Handler {
 		if info.outcome == "" {
 			info.outcome = outcomeOfStatus(sw.status)
 		}
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/payments" && s.CountRequest != nil {
-			s.CountRequest(info.outcome)
+		if r.Method == http.MethodPost && s.CountRequest != nil {
+			if r.URL.Path == "/v1/payments" {
+				s.CountRequest(info.outcome)
+			} else if strings.HasPrefix(r.URL.Path, "/v1/payments/") && strings.HasSuffix(r.URL.Path, "/refunds") && s.CountRefund != nil {
+				s.CountRefund(info.outcome)
+			}
 		}
-		s.Log.Info("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", sw.status,
-			"merchant", info.scope, "key_hash", info.keyHash, "outcome", info.outcome,
-			"duration_ms", float64(time.Since(start).Microseconds())/1000)
+		// Typed attributes: no value is boxed on the way to the handler.
+		s.Log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("request_id", id),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", sw.status),
+			slog.String("merchant", info.scope), slog.String("key_hash", info.keyHash), slog.String("outcome", info.outcome),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
 	})
-}
-
-// outcomeOfError names the outcome of a request answered with err.
-func outcomeOfError(err error) string {
-	switch payment.ErrorCode(err) {
-	case payment.EINVALID, payment.EKEY:
-		return "bad_request"
-	case payment.EUNAUTHORIZED:
-		return "unauthorized"
-	case payment.ENOTFOUND:
-		return "not_found"
-	case payment.EKEYREUSED:
-		return "key_reused"
-	case payment.EINPROGRESS:
-		return "in_progress"
-	case payment.EOUTCOMEUNKNOWN:
-		return "outcome_unknown"
-	case payment.EUNAVAILABLE:
-		return "unavailable"
-	}
-	return "internal"
 }
 
 // outcomeOfStatus names the outcome of a request no handler named.

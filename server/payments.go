@@ -9,12 +9,11 @@ import (
 	"strings"
 
 	"github.com/gorilla/mux"
+	"github.com/oncepay/oncepay/internal/httpjson"
 	"github.com/oncepay/oncepay/payment"
 )
 
 type ctxKey int
-
-const scopeKey ctxKey = 0
 
 // authenticate puts the merchant's scope in the request context, or answers
 // 401 before anything is read or written. In demo mode every request is in
@@ -34,8 +33,15 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 				return
 			}
 		}
-		infoOf(r).scope = scope
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), scopeKey, scope)))
+		// The scope rides in the request's info, which observe already put in
+		// the context: no second copy of the request.
+		info, ok := r.Context().Value(infoKey).(*requestInfo)
+		if !ok {
+			info = &requestInfo{}
+			r = r.WithContext(context.WithValue(r.Context(), infoKey, info))
+		}
+		info.scope = scope
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -57,40 +63,14 @@ func bearer(r *http.Request) (string, bool) {
 	return token, true
 }
 
-func scopeOf(ctx context.Context) string { return ctx.Value(scopeKey).(string) }
+// scopeOf is the scope authenticate found for r.
+func scopeOf(r *http.Request) string { return infoOf(r).scope }
 
 // handleCreatePayment is POST /v1/payments. Everything is validated before
 // the claim: a bad request writes nothing and leaves the key usable.
 func (s *server) handleCreatePayment(w http.ResponseWriter, r *http.Request) {
-	keys := r.Header.Values("Idempotency-Key")
-	if len(keys) == 1 {
-		infoOf(r).keyHash = keyHash(keys[0])
-	}
-	if len(keys) != 1 || !payment.ValidKey(keys[0]) {
-		s.writeError(w, r, payment.Errorf(payment.EKEY, "Send exactly one Idempotency-Key header of 1-%d visible ASCII characters, made once per payment intent.", payment.MaxKeyLen))
-		return
-	}
-	if !identityEncoded(r.Header.Values("Content-Encoding")) {
-		// RFC 9110 15.5.16: say which codings would have been accepted.
-		w.Header().Set("Accept-Encoding", "identity")
-		writeProblem(w, payment.Problem{Type: payment.ProblemUnsupportedEncoding, Title: "Unsupported content encoding",
-			Status: http.StatusUnsupportedMediaType, Detail: "Send the body uncompressed: no Content-Encoding, or identity."})
-		return
-	}
-	if !isJSON(r.Header.Get("Content-Type")) {
-		writeProblem(w, payment.Problem{Type: payment.ProblemUnsupportedMedia, Title: "Unsupported media type",
-			Status: http.StatusUnsupportedMediaType, Detail: "Send the body as Content-Type: application/json."})
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, payment.MaxBodyBytes))
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		writeProblem(w, payment.Problem{Type: payment.ProblemTooLarge, Title: "Request too large",
-			Status: http.StatusRequestEntityTooLarge, Detail: "The body is limited to 64 KiB."})
-		return
-	}
-	if err != nil {
-		s.writeError(w, r, payment.Errorf(payment.EINVALID, "The body could not be read."))
+	key, body, ok := s.readKeyed(w, r)
+	if !ok {
 		return
 	}
 	req, err := payment.ParseRequest(body)
@@ -98,7 +78,65 @@ func (s *server) handleCreatePayment(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := s.Payments.Pay(r.Context(), scopeOf(r.Context()), keys[0], req)
+	res, err := s.Payments.Pay(r.Context(), scopeOf(r), key, req)
+	s.writeResult(w, r, res, err)
+}
+
+// handleCreateRefund is POST /v1/payments/{id}/refunds, with the same
+// discipline as a payment: validated first, then claimed under its key.
+func (s *server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
+	key, body, ok := s.readKeyed(w, r)
+	if !ok {
+		return
+	}
+	req, err := payment.ParseRefundRequest(mux.Vars(r)["id"], body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.Payments.Refund(r.Context(), scopeOf(r), key, req)
+	s.writeResult(w, r, res, err)
+}
+
+// readKeyed reads the Idempotency-Key and the JSON body of a request that
+// moves money, or answers the problem with either and returns false.
+func (s *server) readKeyed(w http.ResponseWriter, r *http.Request) (key string, body []byte, ok bool) {
+	keys := r.Header.Values("Idempotency-Key")
+	if len(keys) == 1 {
+		infoOf(r).keyHash = keyHash(keys[0])
+	}
+	if len(keys) != 1 || !payment.ValidKey(keys[0]) {
+		s.writeError(w, r, payment.Errorf(payment.EKEY, "Send exactly one Idempotency-Key header of 1-%d visible ASCII characters, made once per payment intent.", payment.MaxKeyLen))
+		return "", nil, false
+	}
+	if !identityEncoded(r.Header.Values("Content-Encoding")) {
+		// RFC 9110 15.5.16: say which codings would have been accepted.
+		w.Header().Set("Accept-Encoding", "identity")
+		writeProblem(w, payment.Problem{Type: payment.ProblemUnsupportedEncoding, Title: "Unsupported content encoding",
+			Status: http.StatusUnsupportedMediaType, Detail: "Send the body uncompressed: no Content-Encoding, or identity."})
+		return "", nil, false
+	}
+	if !isJSON(r.Header.Get("Content-Type")) {
+		writeProblem(w, payment.Problem{Type: payment.ProblemUnsupportedMedia, Title: "Unsupported media type",
+			Status: http.StatusUnsupportedMediaType, Detail: "Send the body as Content-Type: application/json."})
+		return "", nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, payment.MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeProblem(w, payment.Problem{Type: payment.ProblemTooLarge, Title: "Request too large",
+			Status: http.StatusRequestEntityTooLarge, Detail: "The body is limited to 64 KiB."})
+		return "", nil, false
+	}
+	if err != nil {
+		s.writeError(w, r, payment.Errorf(payment.EINVALID, "The body could not be read."))
+		return "", nil, false
+	}
+	return keys[0], body, true
+}
+
+// writeResult answers a request that moved money, or tried to.
+func (s *server) writeResult(w http.ResponseWriter, r *http.Request, res payment.Result, err error) {
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -133,7 +171,7 @@ func identityEncoded(values []string) bool {
 // isJSON accepts application/json, with no charset or UTF-8.
 func isJSON(contentType string) bool {
 	mt, params, err := mime.ParseMediaType(contentType)
-	if err != nil || mt != contentTypeJSON {
+	if err != nil || mt != httpjson.ContentTypeJSON {
 		return false
 	}
 	cs, ok := params["charset"]
@@ -142,12 +180,22 @@ func isJSON(contentType string) bool {
 
 // handleGetPayment is GET /v1/payments/{id}, within the caller's scope only.
 func (s *server) handleGetPayment(w http.ResponseWriter, r *http.Request) {
-	v, err := s.Payments.Payment(r.Context(), scopeOf(r.Context()), mux.Vars(r)["id"])
+	v, err := s.Payments.Payment(r.Context(), scopeOf(r), mux.Vars(r)["id"])
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// handleListRefunds is GET /v1/payments/{id}/refunds, oldest first.
+func (s *server) handleListRefunds(w http.ResponseWriter, r *http.Request) {
+	rs, err := s.Payments.Refunds(r.Context(), scopeOf(r), mux.Vars(r)["id"])
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": rs})
 }
 
 func (s *server) handleHealthz(w http.ResponseWriter, r *http.Request) {

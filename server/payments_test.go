@@ -316,10 +316,8 @@ func TestTakeOverAbandonedClaim(t *testing.T) {
 			e := newEnv(t, envOptions{})
 			req, _ := payment.ParseRequest([]byte(visa))
 			past := time.Now().Add(-time.Minute)
-			dead := &payment.Attempt{Scope: "demo", Key: "abandoned", ID: payment.NewPaymentID(),
-				Request: req.Canonical(), RequestHash: req.Fingerprint(), Amount: req.Amount, Currency: req.Currency,
-				Status: payment.InProgress, Fence: 1, LeaseExpiresAt: past.Add(time.Second), CreatedAt: past, UpdatedAt: past}
-			if ok, err := e.DB.Claim(context.Background(), dead); !ok || err != nil {
+			dead := payment.NewAttempt("demo", "abandoned", req, past, time.Second)
+			if ok, err := e.DB.Claim(context.Background(), &dead); !ok || err != nil {
 				t.Fatalf("Claim = %v, %v", ok, err)
 			}
 			dk := payment.DownstreamKey("demo", "abandoned")

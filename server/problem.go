@@ -1,19 +1,14 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/gorilla/mux"
 	"github.com/oncepay/oncepay/internal/fallback"
+	"github.com/oncepay/oncepay/internal/httpjson"
 	"github.com/oncepay/oncepay/payment"
-)
-
-const (
-	contentTypeJSON    = "application/json"
-	contentTypeProblem = "application/problem+json"
 )
 
 // problemOf maps err to what the client sees, logging what the operator
@@ -31,7 +26,7 @@ func (s *server) problemOf(r *http.Request, err error) payment.Problem {
 
 // writeError writes err as a problem.
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	infoOf(r).outcome = outcomeOfError(err)
+	infoOf(r).outcome = payment.OutcomeOf(err)
 	p := s.problemOf(r, err)
 	if p.Retryable() {
 		w.Header().Set("Retry-After", strconv.Itoa(payment.RetryAfterSeconds))
@@ -43,34 +38,13 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // writeProblem writes an RFC 9457 problem.
-func writeProblem(w http.ResponseWriter, p payment.Problem) {
-	writeBody(w, p.Status, p.Body())
-}
+func writeProblem(w http.ResponseWriter, p payment.Problem) { httpjson.Problem(w, p.Status, p) }
 
 // writeJSON writes v as JSON with status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		writeProblem(w, payment.Problem{Type: payment.ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError})
-		return
-	}
-	writeBody(w, status, append(b, '\n'))
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.JSON(w, status, v) }
 
-// writeBody writes body with status and the content type the status implies:
-// JSON for success, problem+json for errors.
-func writeBody(w http.ResponseWriter, status int, body []byte) {
-	ct := contentTypeJSON
-	if status >= 400 {
-		ct = contentTypeProblem
-	}
-	h := w.Header()
-	h.Set("Content-Type", ct)
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	w.Write(body)
-}
+// writeBody writes a stored answer with the content type its status implies.
+func writeBody(w http.ResponseWriter, status int, body []byte) { httpjson.Answer(w, status, body) }
 
 func (s *server) handleNotFound(w http.ResponseWriter, r *http.Request) {
 	writeProblem(w, payment.Problem{Type: payment.ProblemNotFound, Title: "Not found", Status: http.StatusNotFound, Detail: "No such route."})

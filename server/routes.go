@@ -23,6 +23,10 @@ func (s *server) routes() http.Handler {
 
 	r.Handle("/v1/payments", s.authenticate(http.HandlerFunc(s.handleCreatePayment))).Methods(http.MethodPost)
 	r.Handle("/v1/payments/{id}", s.authenticate(http.HandlerFunc(s.handleGetPayment))).Methods(http.MethodGet)
+	r.Handle("/v1/payments/{id}/refunds", s.authenticate(http.HandlerFunc(s.handleCreateRefund))).Methods(http.MethodPost)
+	r.Handle("/v1/payments/{id}/refunds", s.authenticate(http.HandlerFunc(s.handleListRefunds))).Methods(http.MethodGet)
+	// The provider signs its events; no API key is asked for.
+	r.HandleFunc("/v1/webhooks/{provider}", s.handleWebhook).Methods(http.MethodPost)
 
 	if s.Admin.Store != nil {
 		s.adminRoutes(r)
@@ -57,6 +61,8 @@ func (s *server) adminRoutes(r *mux.Router) {
 	r.Handle("/admin/attempts/{id}", page(http.HandlerFunc(s.handleAdminAttempt))).Methods(http.MethodGet)
 	r.Handle("/admin/attempts/{id}/reconcile", form(s.handleAdminReconcileOne)).Methods(http.MethodPost)
 	r.Handle("/admin/reconcile", form(s.handleAdminReconcileAll)).Methods(http.MethodPost)
+	r.Handle("/admin/events", page(http.HandlerFunc(s.handleAdminEvents))).Methods(http.MethodGet)
+	r.Handle("/admin/events/{provider}/{id}/redeliver", form(s.handleAdminRedeliver)).Methods(http.MethodPost)
 	r.PathPrefix("/admin/static/").Handler(page(http.StripPrefix("/admin", fallback.Static(web.Assets, http.HandlerFunc(s.handleNotFound))))).
 		Methods(http.MethodGet, http.MethodHead)
 }

@@ -30,7 +30,16 @@ type Config struct {
 	Workshop http.Handler
 	// CountRequest, if set, is told the outcome of every POST /v1/payments.
 	CountRequest func(outcome string)
-	Log          *slog.Logger
+	// Inbox applies provider events; Webhooks verify them, by provider name,
+	// at POST /v1/webhooks/{name}. Without either the route answers 404.
+	Inbox    *payment.Inbox
+	Webhooks map[string]WebhookVerifier
+	// CountWebhook, if set, is told of every webhook refused before the
+	// inbox (outcome invalid or too_large); the inbox counts the rest.
+	CountWebhook func(provider, eventType, outcome string)
+	// CountRefund, if set, is told the outcome of every refund request.
+	CountRefund func(outcome string)
+	Log         *slog.Logger
 }
 
 type server struct {

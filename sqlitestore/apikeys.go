@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"time"
@@ -93,17 +94,29 @@ func (db *DB) RevokeAPIKey(ctx context.Context, id string, now time.Time) error 
 	if err == nil && n == 0 {
 		return payment.ErrNoLiveKey(id)
 	}
+	if err == nil {
+		db.keys.invalidate() // committed: from now on this process refuses the key
+	}
 	return err
 }
 
-// Authenticate returns the scope of a live secret: its merchant's id.
+// Authenticate returns the scope of a live secret: its merchant's id. It
+// answers from the view of the live keys (see KeyViewTTL); a secret the view
+// does not know is looked up in the table, so a key just made by another
+// process works at once.
 func (db *DB) Authenticate(ctx context.Context, secret string) (string, error) {
 	if !payment.LooksLikeSecret(secret) {
 		return "", payment.ErrUnauthorized()
 	}
-	var merchant string
-	err := db.r.QueryRowContext(ctx, `SELECT merchant_id FROM api_keys WHERE secret_hash = ? AND revoked_at IS NULL`,
-		payment.HashSecret(secret)).Scan(&merchant)
+	hash := sha256.Sum256([]byte(secret))
+	merchant, ok, err := db.keys.lookup(ctx, hash, db.liveKeys)
+	if err != nil {
+		return "", mapErr(err)
+	}
+	if ok {
+		return merchant, nil
+	}
+	err = db.stmt.authenticate.QueryRowContext(ctx, hash[:]).Scan(&merchant)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", payment.ErrUnauthorized()
 	}
@@ -111,4 +124,27 @@ func (db *DB) Authenticate(ctx context.Context, secret string) (string, error) {
 		return "", mapErr(err)
 	}
 	return merchant, nil
+}
+
+// liveKeys reads the hashes of every live key and their merchants.
+func (db *DB) liveKeys(ctx context.Context) (map[[sha256.Size]byte]string, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT secret_hash, merchant_id FROM api_keys WHERE revoked_at IS NULL`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	live := map[[sha256.Size]byte]string{}
+	for rows.Next() {
+		var (
+			hash     []byte
+			merchant string
+		)
+		if err := rows.Scan(&hash, &merchant); err != nil {
+			return nil, err
+		}
+		if len(hash) == sha256.Size {
+			live[[sha256.Size]byte(hash)] = merchant
+		}
+	}
+	return live, rows.Err()
 }

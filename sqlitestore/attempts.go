@@ -13,12 +13,38 @@ import (
 var _ payment.Store = (*DB)(nil)
 
 // Claim inserts a unless its (scope, idempotency_key) exists; the rows
-// affected decide ownership, never a read.
+// affected decide ownership, never a read. The payment or refund a makes is
+// created in the same transaction (payments.go).
 func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err error) {
-	n, err := db.exec(ctx, db.stmt.claim, nil,
-		a.Scope, a.Key, a.ID, a.RequestHash, a.Request, a.Amount, a.Currency,
-		a.Status, a.Fence, ms(a.LeaseExpiresAt), ms(a.CreatedAt), ms(a.UpdatedAt))
-	return n == 1 && err == nil, err
+	c := *a
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		c = *a // a write is run once, but start from the caller's attempt all the same
+		res, err := tx.StmtContext(ctx, db.stmt.claim).ExecContext(ctx,
+			c.Scope, c.Key, c.ID, c.RequestHash, c.Request, c.Amount, c.Currency,
+			c.Status, c.Fence, ms(c.LeaseExpiresAt), ms(c.CreatedAt), ms(c.UpdatedAt),
+			c.Kind, nullString(c.PaymentID), c.Details)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err // a duplicate: the caller reads the row that holds the key
+		}
+		if err := refuseExpiredKey(ctx, tx, &c); err != nil {
+			return err
+		}
+		if c.Kind == payment.KindRefund {
+			err = createRefund(ctx, tx, &c)
+		} else {
+			err = createPayment(ctx, tx, &c)
+		}
+		claimed = err == nil
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	*a = c
+	return claimed, nil
 }
 
 // TakeOver moves an abandoned attempt to a new owner: one guarded UPDATE, so
@@ -31,10 +57,34 @@ func (db *DB) TakeOver(ctx context.Context, scope, key string, fence int64, now,
 // Record stores the final outcome, guarded by the owner's fence: a late
 // owner cannot overwrite what a takeover or reconcile wrote.
 func (db *DB) Record(ctx context.Context, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
-	inRecord := func() { crashpoint.Hit("in-record") } // written, not yet committed
-	n, err := db.exec(ctx, db.stmt.record, inRecord, o.Status, o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID),
-		nullString(o.FailureCode), ms(now), scope, key, fence)
-	return n == 1 && err == nil, err
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var (
+			kind      payment.Kind
+			id        string
+			paymentID sql.NullString
+			amount    int64
+		)
+		err := tx.StmtContext(ctx, db.stmt.record).QueryRowContext(ctx, o.Status, o.ResponseStatus, o.ResponseBody,
+			nullString(o.ChargeID), nullString(o.FailureCode), ms(now), scope, key, fence).Scan(&kind, &id, &paymentID, &amount)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // fenced out
+		}
+		if err != nil {
+			return err
+		}
+		if kind == payment.KindRefund {
+			err = settleRefund(ctx, tx, id, paymentID.String, amount, o, now)
+		} else {
+			err = settlePayment(ctx, tx, id, o, now)
+		}
+		if err != nil {
+			return err
+		}
+		ok = true
+		crashpoint.Hit("in-record") // written, not yet committed
+		return nil
+	})
+	return ok && err == nil, err
 }
 
 // Release drops the owner's lease so that a retry can take over at once.
@@ -45,12 +95,30 @@ func (db *DB) Release(ctx context.Context, scope, key string, fence int64, now t
 
 const attemptColumns = `scope, idempotency_key, id, request_hash, request, amount, currency,
 	status, fence, lease_expires_at, response_status, response_body, charge_id,
-	failure_code, created_at, updated_at`
+	failure_code, created_at, updated_at, kind, payment_id, details`
 
 // Attempt returns the attempt for (scope, key). It reads from the read pool:
 // a replay never waits for the writer.
 func (db *DB) Attempt(ctx context.Context, scope, key string) (*payment.Attempt, error) {
 	return attemptOrNotFound(scanAttempt(db.stmt.attempt.QueryRowContext(ctx, scope, key)))
+}
+
+// Answer returns what a duplicate of (scope, key) is decided by: five
+// columns, not sixteen, from the read pool.
+func (db *DB) Answer(ctx context.Context, scope, key string) (*payment.Answer, error) {
+	var (
+		a                 payment.Answer
+		lease, respStatus sql.NullInt64
+	)
+	err := db.stmt.answer.QueryRowContext(ctx, scope, key).Scan(&a.RequestHash, &a.Status, &lease, &respStatus, &a.ResponseBody)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, payment.Errorf(payment.ENOTFOUND, "No such payment.")
+	}
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	a.LeaseExpiresAt, a.ResponseStatus = fromMS(lease), int(respStatus.Int64)
+	return &a, nil
 }
 
 // AttemptByID returns the attempt with payment id id, within scope only.
@@ -104,16 +172,17 @@ func scanAttempt(row scanner) (*payment.Attempt, error) {
 		lease, respStatus sql.NullInt64
 		created, updated  int64
 		chargeID, failure sql.NullString
+		paymentID         sql.NullString
 	)
 	err := row.Scan(&a.Scope, &a.Key, &a.ID, &a.RequestHash, &a.Request, &a.Amount, &a.Currency,
 		&a.Status, &a.Fence, &lease, &respStatus, &a.ResponseBody, &chargeID,
-		&failure, &created, &updated)
+		&failure, &created, &updated, &a.Kind, &paymentID, &a.Details)
 	if err != nil {
 		return nil, err
 	}
 	a.LeaseExpiresAt = fromMS(lease)
 	a.ResponseStatus = int(respStatus.Int64)
-	a.ChargeID, a.FailureCode = chargeID.String, failure.String
+	a.ChargeID, a.FailureCode, a.PaymentID = chargeID.String, failure.String, paymentID.String
 	a.CreatedAt, a.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
 	return &a, nil
 }

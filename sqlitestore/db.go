@@ -31,6 +31,8 @@ type Options struct {
 	// BusyTimeout is how long a write waits for another process holding the
 	// file (an operator's CLI) before failing as unavailable. Default 5s.
 	BusyTimeout time.Duration
+	// Now is the clock the view of the API keys ages by. Default time.Now.
+	Now func() time.Time
 }
 
 // DB is oncepay's SQLite database: one writer connection fed by a group
@@ -40,6 +42,7 @@ type DB struct {
 	writer *groupcommit.Writer // the only writer on w
 	dsn    string              // the writer's, for Backup
 	stmt   statements
+	keys   *keyView // the live API keys, so a request reads no table to authenticate
 }
 
 // ErrClosed is returned by writes after Close.
@@ -49,6 +52,9 @@ var ErrClosed = &payment.Error{Code: payment.EUNAVAILABLE, Message: "The service
 func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 5 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	// The file holds payments and API key hashes: readable by its owner only.
 	if err := private.SQLite(path); err != nil {
@@ -69,7 +75,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
-	if err := migrate(ctx, w); err != nil {
+	if err := migrate(ctx, w, schema); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("migrate %s: %w", path, err)
 	}
@@ -94,7 +100,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		r.Close()
 		return nil, err
 	}
-	return &DB{w: w, r: r, dsn: path + "?" + wq, stmt: stmt,
+	return &DB{w: w, r: r, dsn: path + "?" + wq, stmt: stmt, keys: &keyView{now: opts.Now},
 		writer: groupcommit.New(w, groupcommit.Options{MaxBatch: opts.MaxBatch, MaxWait: opts.MaxWait})}, nil
 }
 
@@ -233,6 +239,34 @@ func (db *DB) Export(ctx context.Context) (*payment.Snapshot, error) {
 		return nil, mapErr(err)
 	}
 	if s.Attempts, err = scanRows(rows, scanAttempt); err != nil {
+		return nil, err
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT `+paymentColumns+`
+		FROM payments p LEFT JOIN payment_attempts a ON a.id = p.id ORDER BY p.created_at, p.id`)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if s.Payments, err = scanRows(rows, scanPayment); err != nil {
+		return nil, err
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT `+refundColumns+`, r.key_hash
+		FROM refunds r LEFT JOIN payment_attempts a ON a.id = r.id ORDER BY r.created_at, r.id`)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	s.Refunds, err = scanRows(rows, func(row scanner) (*payment.StoredRefund, error) {
+		var r payment.StoredRefund
+		err := scanRefundInto(row, &r.Refund, &r.KeyHash)
+		return &r, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM webhook_events ORDER BY received_at, provider, event_id`)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if s.Events, err = scanRows(rows, scanEvent); err != nil {
 		return nil, err
 	}
 	rows, err = tx.QueryContext(ctx, `SELECT id, name, created_at FROM merchants ORDER BY created_at, id`)

@@ -4,13 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+
+	"github.com/oncepay/oncepay/payment"
 )
 
 // migrateMerchants brings a database made before merchants existed (an API
 // key's id was the scope of its payments) to the schema with merchants:
 // each key becomes a merchant of its own, with the key's id and name, so
 // every payment keeps its scope and its downstream key, and nothing is lost.
-const migrateMerchants = `
+const migrateMerchantsSQL = `
 CREATE TABLE merchants (
     id         TEXT    PRIMARY KEY,
     name       TEXT    NOT NULL,
@@ -34,14 +36,30 @@ DROP TABLE api_keys_v0;`
 // before schema.sql itself is applied. A new or current database is left
 // as it is; each step runs in one transaction, so a crash leaves the
 // database as it was before or after the step, never between.
-func migrate(ctx context.Context, w *sql.DB) error {
+func migrate(ctx context.Context, w *sql.DB, schema string) error {
+	for _, step := range []func(ctx context.Context, tx *sql.Tx, schema string) error{migrateMerchants, migratePayments} {
+		if err := inTx(ctx, w, schema, step); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func inTx(ctx context.Context, w *sql.DB, schema string, step func(ctx context.Context, tx *sql.Tx, schema string) error) error {
 	tx, err := w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
+	if err := step(ctx, tx, schema); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func migrateMerchants(ctx context.Context, tx *sql.Tx, _ string) error {
 	var keys, merchantColumn int
-	err = tx.QueryRowContext(ctx, `SELECT
+	err := tx.QueryRowContext(ctx, `SELECT
 		(SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'api_keys'),
 		(SELECT count(*) FROM pragma_table_info('api_keys') WHERE name = 'merchant_id')`).Scan(&keys, &merchantColumn)
 	if err != nil {
@@ -50,8 +68,78 @@ func migrate(ctx context.Context, w *sql.DB) error {
 	if keys == 0 || merchantColumn == 1 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, migrateMerchants); err != nil {
+	if _, err := tx.ExecContext(ctx, migrateMerchantsSQL); err != nil {
 		return fmt.Errorf("migrate API keys to merchants: %w", err)
 	}
-	return tx.Commit()
+	return nil
+}
+
+// migratePayments brings a database made before refunds (the attempt was
+// the only record of a payment) to payments that outlive their keys: the
+// attempts gain their kind, and every payment attempt gets its payment row,
+// with the hash of its key, so a payment made before the upgrade is as
+// refundable and as protected from a late retry as one made after.
+func migratePayments(ctx context.Context, tx *sql.Tx, schema string) error {
+	var attempts, kindColumn int
+	err := tx.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'payment_attempts'),
+		(SELECT count(*) FROM pragma_table_info('payment_attempts') WHERE name = 'kind')`).Scan(&attempts, &kindColumn)
+	if err != nil {
+		return err
+	}
+	if attempts == 0 || kindColumn == 1 {
+		return nil
+	}
+	for _, ddl := range []string{
+		`ALTER TABLE payment_attempts ADD COLUMN kind TEXT NOT NULL DEFAULT 'payment' CHECK (kind IN ('payment', 'refund'))`,
+		`ALTER TABLE payment_attempts ADD COLUMN payment_id TEXT`,
+		`ALTER TABLE payment_attempts ADD COLUMN details BLOB`,
+		schema, // the new tables, as a new database gets them
+	} {
+		if _, err := tx.ExecContext(ctx, ddl); err != nil {
+			return fmt.Errorf("migrate payments: %w", err)
+		}
+	}
+	type row struct {
+		scope, key, id string
+	}
+	rows, err := queryAllTx(ctx, tx, `SELECT scope, idempotency_key, id FROM payment_attempts`, func(s scanner) (row, error) {
+		var r row
+		return r, s.Scan(&r.scope, &r.key, &r.id)
+	})
+	if err != nil {
+		return fmt.Errorf("migrate payments: %w", err)
+	}
+	ins, err := tx.PrepareContext(ctx, `INSERT INTO payments
+		(id, scope, key_hash, amount, currency, status, charge_id, failure_code, details, created_at, updated_at)
+		SELECT id, scope, ?, amount, currency, status, charge_id, failure_code,
+		       json_remove(request, '$.amount', '$.currency', '$.source'), created_at, updated_at
+		FROM payment_attempts WHERE id = ?`)
+	if err != nil {
+		return err
+	}
+	defer ins.Close()
+	for _, r := range rows {
+		if _, err := ins.ExecContext(ctx, payment.KeyHash(r.key), r.id); err != nil {
+			return fmt.Errorf("migrate payment %s: %w", r.id, err)
+		}
+	}
+	return nil
+}
+
+func queryAllTx[T any](ctx context.Context, tx *sql.Tx, query string, scan func(scanner) (T, error)) ([]T, error) {
+	rows, err := tx.QueryContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var all []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, v)
+	}
+	return all, rows.Err()
 }

@@ -11,8 +11,8 @@ import (
 const (
 	claimSQL = `INSERT OR IGNORE INTO payment_attempts
 		(scope, idempotency_key, id, request_hash, request, amount, currency,
-		 status, fence, lease_expires_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		 status, fence, lease_expires_at, created_at, updated_at, kind, payment_id, details)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 	// takeOverSQL moves an abandoned attempt to a new owner: of two racing
 	// for it, exactly one matches.
@@ -25,20 +25,27 @@ const (
 	recordSQL = `UPDATE payment_attempts
 		SET status = ?, response_status = ?, response_body = ?, charge_id = ?,
 		    failure_code = ?, lease_expires_at = NULL, updated_at = ?
-		WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?`
+		WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?
+		RETURNING kind, id, payment_id, amount`
 
 	releaseSQL = `UPDATE payment_attempts SET lease_expires_at = NULL, updated_at = ?
 		WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?`
 
 	attemptSQL = `SELECT ` + attemptColumns + ` FROM payment_attempts
 		WHERE scope = ? AND idempotency_key = ?`
+
+	answerSQL = `SELECT request_hash, status, lease_expires_at, response_status, response_body
+		FROM payment_attempts WHERE scope = ? AND idempotency_key = ?`
+
+	// authenticateSQL finds a key the view of the live keys does not hold.
+	authenticateSQL = `SELECT merchant_id FROM api_keys WHERE secret_hash = ? AND revoked_at IS NULL`
 )
 
 // statements are prepared on the writer's one connection (before the
 // writer goroutine holds it in a transaction) and on the read pool.
 type statements struct {
 	claim, takeOver, record, release *sql.Stmt // writer
-	attempt                          *sql.Stmt // readers
+	attempt, answer, authenticate    *sql.Stmt // readers
 }
 
 func prepare(ctx context.Context, w, r *sql.DB) (statements, error) {
@@ -53,6 +60,8 @@ func prepare(ctx context.Context, w, r *sql.DB) (statements, error) {
 		{w, recordSQL, &s.record},
 		{w, releaseSQL, &s.release},
 		{r, attemptSQL, &s.attempt},
+		{r, answerSQL, &s.answer},
+		{r, authenticateSQL, &s.authenticate},
 	} {
 		stmt, err := p.db.PrepareContext(ctx, p.query)
 		if err != nil {

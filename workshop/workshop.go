@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/fallback"
+	"github.com/oncepay/oncepay/internal/httpjson"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/web"
 )
@@ -130,9 +131,7 @@ func (h *Handler) handleNaivePay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := h.Service.Now()
-	a := payment.Attempt{Scope: naiveScope, Key: key, ID: payment.NewPaymentID(), Request: req.Canonical(),
-		RequestHash: req.Fingerprint(), Amount: req.Amount, Currency: req.Currency, Status: payment.InProgress,
-		Fence: 1, LeaseExpiresAt: now, CreatedAt: now, UpdatedAt: now}
+	a := payment.NewAttempt(naiveScope, key, req, now, 0)
 	o := payment.SucceededOutcome(a, c)
 	// Then the write, whose result is ignored: a racing request may have won.
 	if _, err := h.Service.Store.Claim(ctx, &a); err == nil {
@@ -204,9 +203,7 @@ func (h *Handler) handleCrash(w http.ResponseWriter, r *http.Request) {
 	}
 	req := payment.Request{Amount: 1999, Currency: "EUR", Source: "tok_visa", Description: "Crashed checkout"}
 	then := h.Service.Now().Add(-h.Reconciler.StaleAfter - time.Minute)
-	a := payment.Attempt{Scope: h.Scope, Key: in.Key, ID: payment.NewPaymentID(), Request: req.Canonical(),
-		RequestHash: req.Fingerprint(), Amount: req.Amount, Currency: req.Currency, Status: payment.InProgress,
-		Fence: 1, LeaseExpiresAt: then.Add(h.Service.Lease), CreatedAt: then, UpdatedAt: then}
+	a := payment.NewAttempt(h.Scope, in.Key, req, then, h.Service.Lease)
 	claimed, err := h.Service.Store.Claim(r.Context(), &a)
 	if err != nil || !claimed {
 		writeProblem(w, payment.Problem{Type: payment.ProblemKeyReused, Title: "Key already used", Status: 409, Detail: "Use a fresh key for the crash demo."})
@@ -240,19 +237,8 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
-func writeProblem(w http.ResponseWriter, p payment.Problem) { writeRaw(w, p.Status, p.Body()) }
+func writeProblem(w http.ResponseWriter, p payment.Problem) { httpjson.Problem(w, p.Status, p) }
 
-func writeRaw(w http.ResponseWriter, status int, body []byte) {
-	ct := "application/json"
-	if status >= 400 {
-		ct = "application/problem+json"
-	}
-	w.Header().Set("Content-Type", ct)
-	w.WriteHeader(status)
-	w.Write(body)
-}
+func writeRaw(w http.ResponseWriter, status int, body []byte) { httpjson.Answer(w, status, body) }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v) // maps of strings, numbers and charges always marshal
-	writeRaw(w, status, append(b, '\n'))
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.JSON(w, status, v) }

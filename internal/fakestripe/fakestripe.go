@@ -31,6 +31,7 @@ type Fake struct {
 	saved    map[string]savedResponse
 	inFlight map[string]bool
 	intents  []*intent // in creation order
+	refunds  []*refund // in creation order
 	methods  map[string]string
 	seq      int
 	// Faults and counters, read and set under mu through the methods below.
@@ -97,8 +98,9 @@ type Faults struct {
 	// DropBefore closes the connection at once, unanswered, and goes on
 	// creating the PaymentIntent: a retry meanwhile gets 409.
 	DropBefore func(key string) bool
-	// DropAfter creates the PaymentIntent, saves the answer, and closes the
-	// connection unanswered: the lost response.
+	// DropAfter creates the PaymentIntent or Refund, saves the answer, and
+	// closes the connection unanswered: the lost response. It is asked again
+	// for each replay of the saved answer, which it may lose too.
 	DropAfter func(key string) bool
 	// Inject answers any request with (status, body) when ok, before
 	// anything else happens: nothing is created or saved.
@@ -118,6 +120,7 @@ type Counts struct {
 	Dropped        int               // connections closed unanswered
 	IntentsByKey   map[string]int    // PaymentIntents per oncepay_key
 	SucceededByKey map[string]string // the succeeded PaymentIntent's id per oncepay_key
+	RefundsByKey   map[string]int    // Refunds per oncepay_key
 }
 
 // Counts returns the fake's figures so far.
@@ -126,13 +129,16 @@ func (f *Fake) Counts() Counts {
 	defer f.mu.Unlock()
 	c := Counts{Attempts: f.attempts, Created: f.created, SearchQueries: f.searchQueries, ListQueries: f.listQueries,
 		Conflicts: f.conflicts, Dropped: f.dropped,
-		IntentsByKey: map[string]int{}, SucceededByKey: map[string]string{}}
+		IntentsByKey: map[string]int{}, SucceededByKey: map[string]string{}, RefundsByKey: map[string]int{}}
 	for _, pi := range f.intents {
 		k := pi.Metadata["oncepay_key"]
 		c.IntentsByKey[k]++
 		if pi.Status == "succeeded" {
 			c.SucceededByKey[k] = pi.ID
 		}
+	}
+	for _, r := range f.refunds {
+		c.RefundsByKey[r.Metadata["oncepay_key"]]++
 	}
 	return c
 }
@@ -166,6 +172,10 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.list(w, r)
 	case r.Method == "GET" && r.URL.Path == "/v1/payment_intents/search":
 		f.search(w, r)
+	case r.Method == "POST" && r.URL.Path == "/v1/refunds":
+		f.idempotent(w, r, f.createRefund)
+	case r.Method == "GET" && r.URL.Path == "/v1/refunds":
+		f.listRefunds(w, r)
 	default:
 		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Message: "Unrecognized request URL."})
 	}
@@ -192,12 +202,20 @@ func (f *Fake) idempotent(w http.ResponseWriter, r *http.Request, create func(fo
 			Message: "There is currently another in-progress request using this Idempotent Key."})
 		return
 	}
+	moves := r.URL.Path == "/v1/payment_intents" || r.URL.Path == "/v1/refunds"
 	if s, ok := f.saved[ikey]; ok {
+		drop := f.faults.DropAfter
 		f.mu.Unlock()
 		if s.params != params {
 			writeError(w, http.StatusBadRequest, apiError{Type: "idempotency_error",
 				Message: "Keys for idempotent requests can only be used with the same parameters they were first used with."})
 			return
+		}
+		if moves && drop != nil && drop(ikey) && hangUp(w) {
+			f.mu.Lock()
+			f.dropped++
+			f.mu.Unlock()
+			return // the saved answer is lost again
 		}
 		w.Header().Set("Idempotent-Replayed", "true")
 		writeRaw(w, s.status, s.body)
@@ -221,7 +239,7 @@ func (f *Fake) idempotent(w http.ResponseWriter, r *http.Request, create func(fo
 	f.saved[ikey] = savedResponse{params: params, status: status, body: body}
 	delete(f.inFlight, ikey)
 	f.mu.Unlock()
-	if dropped || intents && fs.DropAfter != nil && fs.DropAfter(ikey) && hangUp(w) {
+	if dropped || moves && fs.DropAfter != nil && fs.DropAfter(ikey) && hangUp(w) {
 		f.mu.Lock()
 		f.dropped++
 		f.mu.Unlock()
@@ -283,6 +301,101 @@ func (f *Fake) createIntent(form url.Values) (int, any) {
 	}
 	pi.Status = "succeeded"
 	return http.StatusOK, pi
+}
+
+type refund struct {
+	ID            string            `json:"id"`
+	Object        string            `json:"object"`
+	Amount        int64             `json:"amount"`
+	Currency      string            `json:"currency"`
+	PaymentIntent string            `json:"payment_intent"`
+	Status        string            `json:"status"`
+	Reason        *string           `json:"reason"`
+	Metadata      map[string]string `json:"metadata"`
+	Created       int64             `json:"created"`
+}
+
+// createRefund refunds part of a succeeded PaymentIntent, never more than
+// is left of it, as Stripe does; f.mu is held.
+func (f *Fake) createRefund(form url.Values) (int, any) {
+	var pi *intent
+	for _, p := range f.intents {
+		if p.ID == form.Get("payment_intent") {
+			pi = p
+		}
+	}
+	if pi == nil || pi.Status != "succeeded" {
+		return http.StatusBadRequest, errorBody(apiError{Type: "invalid_request_error", Code: "resource_missing", Message: "No such payment_intent."})
+	}
+	left := pi.Amount
+	for _, r := range f.refunds {
+		if r.PaymentIntent == pi.ID {
+			left -= r.Amount
+		}
+	}
+	amount := left
+	if v := form.Get("amount"); v != "" {
+		amount, _ = strconv.ParseInt(v, 10, 64)
+	}
+	if amount <= 0 || amount > left {
+		return http.StatusBadRequest, errorBody(apiError{Type: "invalid_request_error", Code: "amount_too_large",
+			Message: "Refund amount is greater than unrefunded amount on charge."})
+	}
+	f.seq++
+	rf := &refund{ID: fmt.Sprintf("re_fake%06d", f.seq), Object: "refund", Amount: amount, Currency: pi.Currency,
+		PaymentIntent: pi.ID, Status: "succeeded", Metadata: map[string]string{}, Created: time.Now().Unix()}
+	if v := form.Get("reason"); v != "" {
+		rf.Reason = &v
+	}
+	for k, v := range form {
+		if strings.HasPrefix(k, "metadata[") {
+			rf.Metadata[strings.TrimSuffix(strings.TrimPrefix(k, "metadata["), "]")] = v[0]
+		}
+	}
+	f.refunds = append(f.refunds, rf)
+	return http.StatusOK, rf
+}
+
+// listRefunds serves GET /v1/refunds?payment_intent=: newest first, paged
+// by starting_after, strongly consistent.
+func (f *Fake) listRefunds(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	if limit <= 0 || limit > 100 {
+		limit = 10
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var all []*refund
+	for i := len(f.refunds) - 1; i >= 0; i-- {
+		if pi := q.Get("payment_intent"); pi == "" || f.refunds[i].PaymentIntent == pi {
+			all = append(all, f.refunds[i])
+		}
+	}
+	if after := q.Get("starting_after"); after != "" {
+		for i, rf := range all {
+			if rf.ID == after {
+				all = all[i+1:]
+				break
+			}
+		}
+	}
+	more := len(all) > limit
+	if more {
+		all = all[:limit]
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "url": "/v1/refunds", "has_more": more, "data": all})
+}
+
+// Refunded returns the total refunded of each PaymentIntent.
+func (f *Fake) Refunded() map[string]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := map[string]int64{}
+	for _, r := range f.refunds {
+		m[r.PaymentIntent] += r.Amount
+	}
+	return m
 }
 
 // declines are Stripe's test cards that decline, by name after pm_card_ or tok_.

@@ -37,11 +37,8 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 // lease of lease.
 func NewAttempt(key string, now time.Time, lease time.Duration) *payment.Attempt {
 	req := payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}
-	return &payment.Attempt{
-		Scope: "s", Key: key, ID: payment.NewPaymentID(),
-		Request: req.Canonical(), RequestHash: req.Fingerprint(), Amount: 1000, Currency: "EUR",
-		Status: payment.InProgress, Fence: 1, LeaseExpiresAt: now.Add(lease), CreatedAt: now, UpdatedAt: now,
-	}
+	a := payment.NewAttempt("s", key, req, now, lease)
+	return &a
 }
 
 // Run runs the contract against the stores open makes, a fresh one a test.

@@ -52,6 +52,7 @@ func (c *Client) Charge(ctx context.Context, req payment.ChargeRequest) (payment
 		"currency":    req.Currency,
 		"source":      req.Source,
 		"description": req.Description,
+		"payment_id":  req.PaymentID, // carried in the sim's events
 	})
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+"/v1/charges", bytes.NewReader(body))
 	if err != nil {
@@ -59,34 +60,14 @@ func (c *Client) Charge(ctx context.Context, req payment.ChargeRequest) (payment
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Idempotency-Key", req.IdempotencyKey)
-	// With that header net/http would resend the request by itself when a
-	// reused connection breaks before any response: a second charge call
-	// oncepay never decided on, which only the provider's dedupe would
-	// absorb. Without GetBody it does not; the broken call is an unknown
-	// outcome, and the client's retry asks the provider first.
-	hreq.GetBody = nil
-	status, b, err := c.do(hreq)
+	status, b, err := c.doOnce(hreq)
 	if err != nil {
 		return payment.Charge{}, fmt.Errorf("remote: charge: %w", err)
 	}
-	switch status {
-	case http.StatusOK:
+	if status == http.StatusOK {
 		return decodeCharge("charge", b)
-	case http.StatusPaymentRequired:
-		var e errorBody
-		if json.Unmarshal(b, &e) != nil || e.Error.Code == "" {
-			return payment.Charge{}, errors.New("remote: charge: provider status 402 without a decline code")
-		}
-		return payment.Charge{}, &payment.DeclineError{Code: e.Error.Code, Message: e.Error.Message}
-	case http.StatusConflict:
-		var e errorBody
-		if json.Unmarshal(b, &e) == nil && e.Error.Type == "idempotency_error" {
-			return payment.Charge{}, fmt.Errorf("remote: charge: %w", payment.ErrProviderKeyReused)
-		}
-		return payment.Charge{}, statusError("charge", status, b)
-	default:
-		return payment.Charge{}, statusError("charge", status, b)
 	}
+	return payment.Charge{}, refusal("charge", status, b)
 }
 
 // Lookup asks the provider for the charge under req.IdempotencyKey. found is
@@ -102,21 +83,104 @@ func (c *Client) Lookup(ctx context.Context, req payment.LookupRequest) (payment
 	if err != nil {
 		return payment.Charge{}, false, fmt.Errorf("remote: lookup: %w", err)
 	}
-	switch status {
-	case http.StatusOK:
+	switch {
+	case status == http.StatusOK:
 		ch, err := decodeCharge("lookup", b)
 		return ch, err == nil, err
-	case http.StatusNotFound:
-		// "Not charged" lets reconcile fail a payment for good, so only the
-		// provider's own answer counts, not a 404 from a wrong URL or a proxy.
-		var e errorBody
-		if json.Unmarshal(b, &e) == nil && e.Error.Type == "not_found" {
-			return payment.Charge{}, false, nil
-		}
-		return payment.Charge{}, false, statusError("lookup", status, b)
-	default:
-		return payment.Charge{}, false, statusError("lookup", status, b)
+	case providerNotFound(status, b):
+		return payment.Charge{}, false, nil
 	}
+	return payment.Charge{}, false, statusError("lookup", status, b)
+}
+
+// Refund asks the provider to refund once under req.IdempotencyKey, with
+// the same reading of its answers as Charge.
+func (c *Client) Refund(ctx context.Context, req payment.ProviderRefundRequest) (payment.ProviderRefund, error) {
+	body, _ := json.Marshal(map[string]any{ // cannot fail: strings and an integer
+		"charge_id": req.ChargeID,
+		"amount":    req.Amount,
+		"currency":  req.Currency,
+		"reason":    req.Reason,
+	})
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+"/v1/refunds", bytes.NewReader(body))
+	if err != nil {
+		return payment.ProviderRefund{}, fmt.Errorf("remote: refund: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Idempotency-Key", req.IdempotencyKey)
+	status, b, err := c.doOnce(hreq)
+	if err != nil {
+		return payment.ProviderRefund{}, fmt.Errorf("remote: refund: %w", err)
+	}
+	if status == http.StatusOK {
+		return decodeRefund("refund", b)
+	}
+	return payment.ProviderRefund{}, refusal("refund", status, b)
+}
+
+// LookupRefund asks the provider for the refund under req.IdempotencyKey.
+func (c *Client) LookupRefund(ctx context.Context, req payment.RefundLookup) (payment.ProviderRefund, bool, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+"/v1/refunds", nil)
+	if err != nil {
+		return payment.ProviderRefund{}, false, fmt.Errorf("remote: refund lookup: %w", err)
+	}
+	hreq.URL.RawQuery = url.Values{"idempotency_key": {req.IdempotencyKey}}.Encode()
+	status, b, err := c.do(hreq)
+	if err != nil {
+		return payment.ProviderRefund{}, false, fmt.Errorf("remote: refund lookup: %w", err)
+	}
+	switch {
+	case status == http.StatusOK:
+		r, err := decodeRefund("refund lookup", b)
+		return r, err == nil, err
+	case providerNotFound(status, b):
+		return payment.ProviderRefund{}, false, nil
+	}
+	return payment.ProviderRefund{}, false, statusError("refund lookup", status, b)
+}
+
+// refusal reads a failed answer to a call that moves money: a decline, a key
+// the provider holds for other parameters, or an unknown outcome.
+func refusal(op string, status int, b []byte) error {
+	var e errorBody
+	switch {
+	case status == http.StatusPaymentRequired:
+		if json.Unmarshal(b, &e) != nil || e.Error.Code == "" {
+			return fmt.Errorf("remote: %s: provider status 402 without a decline code", op)
+		}
+		return &payment.DeclineError{Code: e.Error.Code, Message: e.Error.Message}
+	case status == http.StatusConflict && json.Unmarshal(b, &e) == nil && e.Error.Type == "idempotency_error":
+		return fmt.Errorf("remote: %s: %w", op, payment.ErrProviderKeyReused)
+	}
+	return statusError(op, status, b)
+}
+
+// providerNotFound reports whether a 404 is the provider's own "none": a
+// lookup's "not found" lets reconcile fail an attempt for good, so a 404
+// from a wrong URL or a proxy does not count.
+func providerNotFound(status int, b []byte) bool {
+	var e errorBody
+	return status == http.StatusNotFound && json.Unmarshal(b, &e) == nil && e.Error.Type == "not_found"
+}
+
+func decodeRefund(op string, b []byte) (payment.ProviderRefund, error) {
+	var r payment.ProviderRefund
+	if err := json.Unmarshal(b, &r); err != nil || r.ID == "" {
+		return payment.ProviderRefund{}, fmt.Errorf("remote: %s: provider sent no readable refund", op)
+	}
+	return r, nil
+}
+
+// doOnce sends req, a call that moves money, at most once. With an
+// Idempotency-Key header and a body it can rewind, net/http resends a request
+// whose reused connection broke before any answer: a lost response would
+// reach the provider twice, and only its dedupe, which may be weaker than
+// promised, would stand between that and a second charge or refund. Without
+// GetBody it cannot resend; the outcome is unknown and oncepay's own retry
+// asks the provider first.
+func (c *Client) doOnce(req *http.Request) (int, []byte, error) {
+	req.GetBody = nil
+	return c.do(req)
 }
 
 // do sends req and reads the whole response, which also frees the connection

@@ -194,25 +194,31 @@ func TestKeyReusedIsDefinitive(t *testing.T) {
 	}
 }
 
-// A lost response on a reused connection is one charge call and an unknown
-// outcome: net/http does not resend the POST by itself, which a provider
-// without dedupe would charge twice. The retry decides, asking first.
-func TestLostResponseNotResent(t *testing.T) {
-	s, url := newSim(t, sim.Faults{NoDedupe: true})
+// A charge or refund whose answer is lost reaches the provider once: the
+// client does not resend it on a reused connection that broke, even with the
+// provider's dedupe off.
+func TestLostAnswerIsNotResent(t *testing.T) {
+	s, url := newSim(t, sim.Faults{})
 	c := remote.New(url, 5*time.Second)
 	ctx := context.Background()
-	if _, err := c.Charge(ctx, request("warm", "tok_visa")); err != nil { // leaves an idle connection to reuse
-		t.Fatal(err)
-	}
-	mustSetFaults(t, s, sim.Faults{NoDedupe: true, FailAfterCharge: 1})
-	if _, err := c.Charge(ctx, request("lost", "tok_visa")); err == nil {
-		t.Fatal("Charge with its response lost succeeded")
-	}
-	charges, err := s.Charges(ctx)
+	paid, err := c.Charge(ctx, request("paid", "tok_visa"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Charge: %v", err)
 	}
-	if len(charges) != 2 {
-		t.Errorf("ledger has %d charges, want 2: the lost one was charged again by a resend", len(charges))
+	mustSetFaults(t, s, sim.Faults{FailAfterCharge: 1, NoDedupe: true})
+	// Each call goes out on the connection the last one left idle.
+	if _, err := c.Charge(ctx, request("lost", "tok_visa")); err == nil {
+		t.Fatal("Charge: no error, want the answer lost")
+	}
+	if _, _, err := c.Lookup(ctx, payment.LookupRequest{IdempotencyKey: "paid"}); err != nil { // a connection to reuse
+		t.Fatalf("Lookup: %v", err)
+	}
+	if _, err := c.Refund(ctx, payment.ProviderRefundRequest{IdempotencyKey: "lost-refund", ChargeID: paid.ID, Amount: 100, Currency: "EUR"}); err == nil {
+		t.Fatal("Refund: no error, want the answer lost")
+	}
+	for _, got := range s.Calls() {
+		if got.Charges > 1 || got.Refunds > 1 {
+			t.Errorf("calls = %+v, want at most one charge or refund under a key", got)
+		}
 	}
 }

@@ -13,6 +13,8 @@ type Calls struct {
 	IdempotencyKey string `json:"idempotency_key"`
 	Charges        int    `json:"charges"`
 	Lookups        int    `json:"lookups"`
+	Refunds        int    `json:"refunds,omitempty"`
+	RefundLookups  int    `json:"refund_lookups,omitempty"`
 }
 
 type op int
@@ -20,6 +22,8 @@ type op int
 const (
 	opCharge op = iota
 	opLookup
+	opRefund
+	opRefundLookup
 )
 
 // callLog counts calls by key since the provider was opened. It lives in
@@ -45,6 +49,10 @@ func (l *callLog) add(key string, o op) {
 		c.Charges++
 	case opLookup:
 		c.Lookups++
+	case opRefund:
+		c.Refunds++
+	case opRefundLookup:
+		c.RefundLookups++
 	}
 }
 

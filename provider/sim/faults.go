@@ -11,7 +11,8 @@ import (
 // Faults are the simulated provider's failure knobs. The zero value is a
 // healthy provider that answers at once. In JSON:
 //
-//	{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0,"no_dedupe":false}
+//	{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0,"no_dedupe":false,
+//	 "webhook_delay":"0s","webhook_duplicate":0,"webhook_reorder":0}
 type Faults struct {
 	Latency          time.Duration // waited before every Charge and Lookup
 	FailBeforeCharge float64       // probability a Charge fails with nothing charged
@@ -22,6 +23,11 @@ type Faults struct {
 	// promised, or whose key window has passed. Then only oncepay's own
 	// claim stands between a retry and a second charge.
 	NoDedupe bool
+
+	// The webhook knobs, for a sim that sends events (SetWebhook).
+	WebhookDelay     time.Duration // each event waits a random time up to this before its first delivery
+	WebhookDuplicate float64       // probability each delivery is sent twice at once
+	WebhookReorder   float64       // probability an event is held back, so later ones overtake it
 }
 
 // maxLatency keeps a fat-fingered knob from hanging every caller for hours.
@@ -35,12 +41,17 @@ func (f Faults) MarshalJSON() ([]byte, error) {
 		FailAfterCharge  float64 `json:"fail_after_charge"`
 		FailLookup       float64 `json:"fail_lookup"`
 		NoDedupe         bool    `json:"no_dedupe"`
-	}{f.Latency.String(), f.FailBeforeCharge, f.FailAfterCharge, f.FailLookup, f.NoDedupe})
+		WebhookDelay     string  `json:"webhook_delay"`
+		WebhookDuplicate float64 `json:"webhook_duplicate"`
+		WebhookReorder   float64 `json:"webhook_reorder"`
+	}{f.Latency.String(), f.FailBeforeCharge, f.FailAfterCharge, f.FailLookup, f.NoDedupe,
+		f.WebhookDelay.String(), f.WebhookDuplicate, f.WebhookReorder})
 }
 
-// UnmarshalJSON reads the form MarshalJSON writes. Every field but
-// no_dedupe (absent: the provider dedupes) is required and unknown ones are
-// rejected, so a typo cannot silently leave a knob at zero.
+// UnmarshalJSON reads the form MarshalJSON writes. The four failure knobs
+// are required and unknown fields rejected, so a typo cannot silently leave
+// a knob at zero; no_dedupe (absent: the provider dedupes) and the webhook
+// knobs (absent: off), added later, are optional, so older clients work.
 func (f *Faults) UnmarshalJSON(b []byte) error {
 	var v struct {
 		Latency          *string  `json:"latency"`
@@ -48,6 +59,9 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 		FailAfterCharge  *float64 `json:"fail_after_charge"`
 		FailLookup       *float64 `json:"fail_lookup"`
 		NoDedupe         bool     `json:"no_dedupe"`
+		WebhookDelay     string   `json:"webhook_delay"`
+		WebhookDuplicate float64  `json:"webhook_duplicate"`
+		WebhookReorder   float64  `json:"webhook_reorder"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -61,7 +75,14 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("latency: %w", err)
 	}
-	*f = Faults{latency, *v.FailBeforeCharge, *v.FailAfterCharge, *v.FailLookup, v.NoDedupe}
+	var delay time.Duration
+	if v.WebhookDelay != "" {
+		if delay, err = time.ParseDuration(v.WebhookDelay); err != nil {
+			return fmt.Errorf("webhook_delay: %w", err)
+		}
+	}
+	*f = Faults{latency, *v.FailBeforeCharge, *v.FailAfterCharge, *v.FailLookup, v.NoDedupe,
+		delay, v.WebhookDuplicate, v.WebhookReorder}
 	return nil
 }
 
@@ -72,6 +93,9 @@ func (s *Sim) SetFaults(f Faults) error {
 	if f.Latency < 0 || f.Latency > maxLatency {
 		return fmt.Errorf("sim: latency %v is outside [0s, %v]", f.Latency, maxLatency)
 	}
+	if f.WebhookDelay < 0 || f.WebhookDelay > maxLatency {
+		return fmt.Errorf("sim: webhook_delay %v is outside [0s, %v]", f.WebhookDelay, maxLatency)
+	}
 	for _, p := range []struct {
 		name string
 		v    float64
@@ -79,6 +103,8 @@ func (s *Sim) SetFaults(f Faults) error {
 		{"fail_before_charge", f.FailBeforeCharge},
 		{"fail_after_charge", f.FailAfterCharge},
 		{"fail_lookup", f.FailLookup},
+		{"webhook_duplicate", f.WebhookDuplicate},
+		{"webhook_reorder", f.WebhookReorder},
 	} {
 		if !(p.v >= 0 && p.v <= 1) { // written so that NaN fails too
 			return fmt.Errorf("sim: %s %v is outside [0, 1]", p.name, p.v)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/oncepay/oncepay/internal/fallback"
+	"github.com/oncepay/oncepay/internal/httpjson"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -21,8 +22,11 @@ const maxBody = 64 << 10
 //	GET  /sim/calls                    {"data":[{"idempotency_key","charges","lookups"}, ...]}, by key
 //	GET  /sim/faults                   the Faults JSON
 //	PUT  /sim/faults                   the full Faults JSON; 400 problem if invalid
-//	POST /v1/charges                   Idempotency-Key header, {"amount","currency","source","description"}
+//	POST /v1/charges                   Idempotency-Key header, {"amount","currency","source","description"[,"payment_id"]}
 //	GET  /v1/charges?idempotency_key=K the charge, or 404
+//	GET  /sim/refunds                  {"data":[refund, ...]}, oldest first
+//	POST /v1/refunds                   Idempotency-Key header, {"charge_id","amount","currency"}
+//	GET  /v1/refunds?idempotency_key=K the refund, or 404
 //
 // Provider API errors are {"error":{"type","code","message"}}: 402 a decline,
 // 409 a key reused with other parameters, 400 bad input, 500 a failure before
@@ -35,6 +39,9 @@ func (s *Sim) Handler() http.Handler {
 	mux.HandleFunc("PUT /sim/faults", s.handlePutFaults)
 	mux.HandleFunc("POST /v1/charges", s.handleCharge)
 	mux.HandleFunc("GET /v1/charges", s.handleLookup)
+	mux.HandleFunc("GET /sim/refunds", s.handleRefundLedger)
+	mux.HandleFunc("POST /v1/refunds", s.handleRefund)
+	mux.HandleFunc("GET /v1/refunds", s.handleLookupRefund)
 	return fallback.Mux(mux, http.HandlerFunc(handleNotFound), http.HandlerFunc(handleMethodNotAllowed))
 }
 
@@ -83,6 +90,7 @@ func (s *Sim) handleCharge(w http.ResponseWriter, r *http.Request) {
 		Currency    string `json:"currency"`
 		Source      string `json:"source"`
 		Description string `json:"description"`
+		PaymentID   string `json:"payment_id"` // optional: the caller's name of the payment, carried in events
 	}
 	if err := decode(w, r, &body); err != nil {
 		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
@@ -94,6 +102,7 @@ func (s *Sim) handleCharge(w http.ResponseWriter, r *http.Request) {
 		Currency:       body.Currency,
 		Source:         body.Source,
 		Description:    body.Description,
+		PaymentID:      body.PaymentID,
 	})
 	var d *payment.DeclineError
 	switch {
@@ -139,6 +148,73 @@ func (s *Sim) handleLookup(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+func (s *Sim) handleRefundLedger(w http.ResponseWriter, r *http.Request) {
+	refunds, err := s.Refunds(r.Context())
+	if err != nil {
+		slog.ErrorContext(r.Context(), "sim: list refunds", "err", err)
+		writeProblem(w, http.StatusInternalServerError, "/problems/internal", "Internal error", "The ledger could not be read.")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": refunds})
+}
+
+func (s *Sim) handleRefund(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		ChargeID string `json:"charge_id"`
+		Amount   int64  `json:"amount"`
+		Currency string `json:"currency"`
+		Reason   string `json:"reason"`
+	}
+	if err := decode(w, r, &body); err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
+		return
+	}
+	rf, err := s.Refund(r.Context(), payment.ProviderRefundRequest{
+		IdempotencyKey: r.Header.Get("Idempotency-Key"),
+		ChargeID:       body.ChargeID, Amount: body.Amount, Currency: body.Currency, Reason: body.Reason,
+	})
+	s.answer(w, r, "refund", rf, err)
+}
+
+func (s *Sim) handleLookupRefund(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("idempotency_key")
+	if key == "" {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "idempotency_key is required"})
+		return
+	}
+	rf, found, err := s.LookupRefund(r.Context(), payment.RefundLookup{IdempotencyKey: key})
+	if err == nil && !found {
+		writeError(w, http.StatusNotFound, apiError{Type: "not_found", Message: "no refund under this idempotency key"})
+		return
+	}
+	s.answer(w, r, "refund lookup", rf, err)
+}
+
+// answer writes the result of a call that moves money or looks it up: v,
+// or the provider API's error for err.
+func (s *Sim) answer(w http.ResponseWriter, r *http.Request, op string, v any, err error) {
+	var d *payment.DeclineError
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, v)
+	case errors.As(err, &d):
+		writeError(w, http.StatusPaymentRequired, apiError{Type: "card_error", Code: d.Code, Message: d.Message})
+	case errors.Is(err, ErrLostResponse):
+		loseResponse(w)
+	case errors.Is(err, ErrKeyMismatch):
+		writeError(w, http.StatusConflict, apiError{Type: "idempotency_error", Message: err.Error()})
+	case errors.Is(err, ErrInvalidRequest):
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
+	case errors.Is(err, ErrFailedBeforeCharge), errors.Is(err, ErrLookupFailed):
+		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: err.Error()})
+	case r.Context().Err() != nil:
+		// The caller hung up (its timeout, say): there is no one to answer.
+	default:
+		slog.ErrorContext(r.Context(), "sim: "+op, "err", err)
+		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: "internal error"})
+	}
+}
+
 // loseResponse closes the connection without a byte of response: what a
 // caller sees when the network drops the reply to a committed charge.
 func loseResponse(w http.ResponseWriter) {
@@ -171,16 +247,10 @@ type problem struct {
 }
 
 func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(problem{Type: typ, Title: title, Status: status, Detail: detail}) // fails only if the client left
+	httpjson.Problem(w, status, problem{Type: typ, Title: title, Status: status, Detail: detail})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v) // fails only if the client left
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.JSON(w, status, v) }
 
 // decode reads one JSON value from a bounded body, rejecting unknown fields
 // the way a provider rejects unknown parameters.

@@ -57,22 +57,24 @@ func TestHandlerFaults(t *testing.T) {
 	s := MustOpen(t)
 	h := s.Handler()
 	if got, want := serve(t, h, "GET", "/sim/faults", "", nil).Body.String(),
-		`{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0,"no_dedupe":false}`+"\n"; got != want {
+		`{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0,"no_dedupe":false,"webhook_delay":"0s","webhook_duplicate":0,"webhook_reorder":0}`+"\n"; got != want {
 		t.Errorf("GET /sim/faults = %q, want %q", got, want)
 	}
 
-	const set = `{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0,"no_dedupe":true}` + "\n"
+	const set = `{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0,"no_dedupe":true,"webhook_delay":"2s","webhook_duplicate":0.5,"webhook_reorder":0.25}` + "\n"
 	w := serve(t, h, "PUT", "/sim/faults", set, nil)
 	if w.Code != http.StatusOK || w.Body.String() != set {
 		t.Errorf("PUT /sim/faults = %d %q, want 200 %q", w.Code, w.Body, set)
 	}
-	if got, want := s.Faults(), (sim.Faults{Latency: 250 * time.Millisecond, FailAfterCharge: 0.5, NoDedupe: true}); got != want {
+	if got, want := s.Faults(), (sim.Faults{Latency: 250 * time.Millisecond, FailAfterCharge: 0.5, NoDedupe: true,
+		WebhookDelay: 2 * time.Second, WebhookDuplicate: 0.5, WebhookReorder: 0.25}); got != want {
 		t.Errorf("Faults() = %+v, want %+v", got, want)
 	}
 	if got := serve(t, h, "GET", "/sim/faults", "", nil).Body.String(); got != set {
 		t.Errorf("GET /sim/faults after PUT = %q, want %q", got, set)
 	}
-	// no_dedupe alone may be left out: the provider dedupes.
+	// The four old fields alone still work: no_dedupe and the webhook knobs
+	// are optional, and off when absent.
 	if w := serve(t, h, "PUT", "/sim/faults", `{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0}`, nil); w.Code != http.StatusOK || s.Faults() != (sim.Faults{}) {
 		t.Errorf("PUT without no_dedupe = %d %s, faults %+v, want 200 and a deduping provider", w.Code, w.Body, s.Faults())
 	}

@@ -58,6 +58,7 @@ type Sim struct {
 	byKeyQ *sql.Stmt
 	faults atomic.Pointer[Faults]
 	calls  callLog
+	outbox atomic.Pointer[outbox] // nil: no webhooks configured
 }
 
 var _ payment.Provider = (*Sim)(nil)
@@ -153,11 +154,17 @@ func createLedger(db *sql.DB) error {
 	if _, err := tx.Exec(ddl); err != nil {
 		return err
 	}
+	if _, err := tx.Exec(refundSchema); err != nil {
+		return err
+	}
 	return tx.Commit()
 }
 
 // Close closes the ledger.
 func (s *Sim) Close() error {
+	if o := s.outbox.Load(); o != nil {
+		o.close()
+	}
 	if s.writer != nil {
 		s.writer.Close()
 	}
@@ -188,6 +195,7 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 				return payment.Charge{}, ErrKeyMismatch
 			}
 		}
+		s.emit(req, payment.Charge{}, d)
 		return payment.Charge{}, d
 	}
 
@@ -219,6 +227,8 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 		if stored != hash {
 			return payment.Charge{}, ErrKeyMismatch
 		}
+	} else {
+		s.emit(req, c, nil) // a new charge; a replayed one was told already
 	}
 	if roll(f.FailAfterCharge) {
 		return payment.Charge{}, ErrLostResponse

@@ -22,6 +22,7 @@ import (
 const (
 	MetaKey     = "oncepay_key"     // the downstream idempotency key
 	MetaPayment = "oncepay_payment" // oncepay's payment id
+	MetaRefund  = "oncepay_refund"  // oncepay's refund id
 )
 
 // KeyWindow is how long Stripe keeps an idempotency key (at least 24
@@ -250,6 +251,81 @@ func (c *Client) search(ctx context.Context, key string) *stripe.PaymentIntent {
 	return hit
 }
 
+// Refund creates a Refund of the PaymentIntent req.ChargeID under
+// req.IdempotencyKey, carrying the key in its metadata for LookupRefund. A
+// pending refund is one Stripe has taken (card refunds settle later and
+// rarely fail; a failure arrives as an event); a failed or canceled one
+// gave nothing back.
+func (c *Client) Refund(ctx context.Context, req payment.ProviderRefundRequest) (payment.ProviderRefund, error) {
+	p := &stripe.RefundCreateParams{
+		PaymentIntent: stripe.String(req.ChargeID),
+		Amount:        stripe.Int64(req.Amount),
+		Metadata:      map[string]string{MetaKey: req.IdempotencyKey, MetaRefund: req.RefundID, MetaPayment: req.PaymentID},
+	}
+	if req.Reason != "" {
+		p.Reason = stripe.String(req.Reason) // oncepay accepts only Stripe's reasons
+	}
+	p.IdempotencyKey = stripe.String(req.IdempotencyKey)
+	r, err := c.sc.V1Refunds.Create(ctx, p)
+	if err != nil {
+		return payment.ProviderRefund{}, c.classify("refund", err)
+	}
+	return refundResult(r, req.IdempotencyKey, req.ChargeID)
+}
+
+// LookupRefund finds the Refund oncepay created under req.IdempotencyKey
+// in the list of the PaymentIntent's refunds, which Stripe serves strongly
+// consistent, matched on the oncepay_key metadata.
+func (c *Client) LookupRefund(ctx context.Context, req payment.RefundLookup) (payment.ProviderRefund, bool, error) {
+	p := &stripe.RefundListParams{PaymentIntent: stripe.String(req.ChargeID)}
+	p.Limit = stripe.Int64(100)
+	var (
+		found  []*stripe.Refund
+		listed int
+	)
+	for r, err := range c.sc.V1Refunds.List(ctx, p).All(ctx) {
+		if err != nil {
+			return payment.ProviderRefund{}, false, c.classify("refund lookup", err)
+		}
+		if listed++; listed > maxListed {
+			return payment.ProviderRefund{}, false, fmt.Errorf("stripe: refund lookup: more than %d refunds; not answering", maxListed)
+		}
+		if r.Metadata[MetaKey] == req.IdempotencyKey {
+			found = append(found, r)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return payment.ProviderRefund{}, false, nil
+	case 1:
+	default:
+		return payment.ProviderRefund{}, false, fmt.Errorf("stripe: refund lookup: %d refunds carry this key; not answering", len(found))
+	}
+	r, err := refundResult(found[0], req.IdempotencyKey, req.ChargeID)
+	if _, declined := payment.IsDecline(err); declined {
+		return payment.ProviderRefund{}, false, nil // it gave nothing back
+	}
+	return r, err == nil, err
+}
+
+// refundResult reads a Refund's status: made (succeeded, or pending and
+// taken), gave nothing back (failed, canceled: a decline), or not known.
+func refundResult(r *stripe.Refund, key, chargeID string) (payment.ProviderRefund, error) {
+	switch r.Status {
+	case stripe.RefundStatusSucceeded, stripe.RefundStatusPending:
+		return payment.ProviderRefund{ID: r.ID, IdempotencyKey: key, ChargeID: chargeID, Amount: r.Amount,
+			Currency: strings.ToUpper(string(r.Currency)), CreatedAt: time.Unix(r.Created, 0).UTC()}, nil
+	case stripe.RefundStatusFailed, stripe.RefundStatusCanceled:
+		code := string(r.FailureReason)
+		if code == "" {
+			code = "refund_" + string(r.Status)
+		}
+		return payment.ProviderRefund{}, &payment.DeclineError{Code: code, Message: "Stripe did not make the refund; nothing was given back."}
+	default: // requires_action, or a status this code does not know
+		return payment.ProviderRefund{}, fmt.Errorf("stripe: refund %s is %s; not final", r.ID, r.Status)
+	}
+}
+
 func chargeOf(pi *stripe.PaymentIntent, key string) payment.Charge {
 	return payment.Charge{
 		ID:             pi.ID,
@@ -277,14 +353,7 @@ func (c *Client) classify(op string, err error) error {
 	case status == http.StatusConflict || status == http.StatusTooManyRequests || status >= 500:
 		return fmt.Errorf("stripe: %s: status %d (%s %s): outcome unknown", op, status, se.Type, se.Code)
 	case se.Type == stripe.ErrorTypeCard:
-		code := string(se.DeclineCode)
-		if code == "" {
-			code = string(se.Code)
-		}
-		if code == "" {
-			code = "card_declined"
-		}
-		return &payment.DeclineError{Code: code, Message: strings.ReplaceAll(se.Msg, c.key, "[redacted]")}
+		return &payment.DeclineError{Code: declineCode(se), Message: strings.ReplaceAll(se.Msg, c.key, "[redacted]")}
 	case se.Type == stripe.ErrorTypeIdempotency:
 		return fmt.Errorf("stripe: %s: %w", op, payment.ErrProviderKeyReused)
 	case se.Type == stripe.ErrorTypeInvalidRequest && (status == http.StatusBadRequest || status == http.StatusNotFound):

@@ -203,3 +203,55 @@ func TestStripeMock(t *testing.T) {
 		t.Errorf("search %v, list by created %v: want both", sawSearch, sawList)
 	}
 }
+
+// Against stripe-mock: a Refund's create carries the Idempotency-Key header
+// and the documented parameters (payment_intent, amount, reason, oncepay's
+// metadata), stripe-mock accepts them, and its answers decode; the lookup
+// lists the PaymentIntent's refunds, whose fixtures carry no oncepay_key.
+func TestStripeMockRefund(t *testing.T) {
+	rec := &recorder{}
+	c := newClient(t, rec.proxy(t, stripeMock(t)), 0)
+	ctx := context.Background()
+	dk := payment.RefundDownstreamKey("m", "refund-1")
+	r, err := c.Refund(ctx, payment.ProviderRefundRequest{IdempotencyKey: dk, RefundID: "re_X1", PaymentID: "pay_X1",
+		ChargeID: "pi_X1", Amount: 500, Currency: "USD", Reason: "requested_by_customer"})
+	if err != nil {
+		t.Fatalf("Refund = %v, want stripe-mock's refund decoded", err)
+	}
+	if !strings.HasPrefix(r.ID, "re_") || r.IdempotencyKey != dk || r.ChargeID != "pi_X1" || r.Currency != strings.ToUpper(r.Currency) {
+		t.Errorf("Refund = %+v, want a re_ refund under %s of pi_X1, currency upper case", r, dk)
+	}
+	reqs := rec.take()
+	if len(reqs) != 1 || reqs[0].method != "POST" || reqs[0].path != "/v1/refunds" {
+		t.Fatalf("requests %+v, want one POST /v1/refunds", reqs)
+	}
+	if reqs[0].status != 200 {
+		t.Errorf("POST /v1/refunds: stripe-mock answered %d", reqs[0].status)
+	}
+	if reqs[0].idempotencyKey != dk {
+		t.Errorf("Idempotency-Key = %q, want %q", reqs[0].idempotencyKey, dk)
+	}
+	want := map[string]string{
+		"payment_intent": "pi_X1", "amount": "500", "reason": "requested_by_customer",
+		"metadata[oncepay_key]": dk, "metadata[oncepay_refund]": "re_X1", "metadata[oncepay_payment]": "pay_X1",
+	}
+	for k, v := range want {
+		if got := reqs[0].form.Get(k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+
+	_, found, err := c.LookupRefund(ctx, payment.RefundLookup{IdempotencyKey: dk, ChargeID: "pi_X1", CreatedAt: time.Now()})
+	if err != nil || found {
+		t.Errorf("LookupRefund = %v %v, want not found", found, err)
+	}
+	reqs = rec.take()
+	if len(reqs) == 0 {
+		t.Fatal("LookupRefund made no request")
+	}
+	for _, r := range reqs {
+		if r.status != 200 || r.method != "GET" || r.path != "/v1/refunds" || r.form.Get("payment_intent") != "pi_X1" {
+			t.Errorf("%s %s?%s: %d, want GET /v1/refunds?payment_intent=pi_X1 answered 200", r.method, r.path, r.form.Encode(), r.status)
+		}
+	}
+}

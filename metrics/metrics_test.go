@@ -1,0 +1,29 @@
+package metrics_test
+
+import (
+	"context"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/metrics"
+	"github.com/oncepay/oncepay/payment"
+)
+
+// What purge deleted is counted by what it was: attempts and final events.
+func TestPurgedCountsEvents(t *testing.T) {
+	none := func(context.Context) (int, time.Time, error) { return 0, time.Time{}, nil }
+	m := metrics.New(none, time.Now)
+	m.Purged(payment.PurgeResult{Deleted: 2, EventsDeleted: 3})
+	m.Purged(payment.PurgeResult{Deleted: 1, EventsDeleted: 4})
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{"\noncepay_purge_deleted_total 3\n", "\noncepay_purge_events_deleted_total 7\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", strings.TrimSpace(want))
+		}
+	}
+}

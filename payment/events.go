@@ -1,0 +1,376 @@
+package payment
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/crashpoint"
+)
+
+// EventKind is what a provider event says about a payment, whatever the
+// provider calls it.
+type EventKind string
+
+const (
+	// EventSucceeded: the provider charged (Stripe payment_intent.succeeded,
+	// the sim's charge.succeeded).
+	EventSucceeded EventKind = "succeeded"
+	// EventFailed: the provider refused the charge (Stripe
+	// payment_intent.payment_failed, the sim's charge.failed).
+	EventFailed EventKind = "failed"
+	// EventOther: a type oncepay does not use.
+	EventOther EventKind = "other"
+)
+
+// Event is a verified provider event, reduced to what settling an attempt
+// needs. A verifier builds it from the raw body only after the signature
+// checked out.
+type Event struct {
+	Provider string    `json:"provider"` // "stripe", "sim"
+	ID       string    `json:"id"`       // the provider's event id: the inbox's dedupe key
+	Type     string    `json:"type"`     // the provider's own name of the type
+	Kind     EventKind `json:"kind"`
+	// PaymentID and DownstreamKey name the attempt: oncepay's payment id
+	// finds the row (an index that exists anyway), the downstream key proves
+	// it is the row this charge was made for.
+	PaymentID     string `json:"payment_id,omitempty"`
+	DownstreamKey string `json:"downstream_key,omitempty"`
+	Charge        Charge `json:"charge"`                   // EventSucceeded: what was charged
+	DeclineCode   string `json:"decline_code,omitempty"`   // EventFailed
+	DeclineReason string `json:"decline_reason,omitempty"` // EventFailed, meant for the customer
+}
+
+// Problem types of the webhook endpoint.
+const (
+	ProblemInvalidWebhook  = "/problems/invalid-webhook"   // 400: not signed by the provider; nothing stored
+	ProblemEventInProgress = "/problems/event-in-progress" // 503: another copy is being applied
+	ProblemEventNotApplied = "/problems/event-not-applied" // 503: stored, its try failed; redeliver
+)
+
+// EventState is where an event stands in the inbox.
+type EventState string
+
+const (
+	// EventReceived: verified and stored, not yet picked up.
+	EventReceived EventState = "received"
+	// EventProcessing: a processor holds it under a lease and a fence.
+	EventProcessing EventState = "processing"
+	// EventProcessed: applied (or found already applied); final.
+	EventProcessed EventState = "processed"
+	// EventFailedState: the last try failed; a redelivery, the sweep or an
+	// operator tries again, until MaxAttempts.
+	EventFailedState EventState = "failed"
+	// EventIgnored: nothing to apply (a type oncepay does not use, a payment
+	// it does not know, a final state it must not change); final.
+	EventIgnored EventState = "ignored"
+)
+
+// Final reports whether nothing will ever be done with the event again.
+func (s EventState) Final() bool { return s == EventProcessed || s == EventIgnored }
+
+// InboxEvent is an event as the inbox keeps it.
+type InboxEvent struct {
+	Event
+	State          EventState
+	Attempts       int       // processing tries begun
+	Fence          int64     // bumped by every try; guards the finish
+	LeaseExpiresAt time.Time // zero unless processing
+	Result         string    // what applying it did, for the operator
+	LastError      string
+	ReceivedAt     time.Time
+	UpdatedAt      time.Time
+}
+
+// EventFilter selects events for the admin page.
+type EventFilter struct {
+	State EventState // "" for all
+	Limit int
+}
+
+// EventStore keeps the inbox. Receiving is a claim of (provider, event id):
+// a duplicate is a result, not an error.
+type EventStore interface {
+	// ReceiveEvent inserts e in state received unless (provider, id) exists.
+	ReceiveEvent(ctx context.Context, e *InboxEvent) (claimed bool, err error)
+	// InboxEvent returns the stored event or an ENOTFOUND error.
+	InboxEvent(ctx context.Context, provider, id string) (*InboxEvent, error)
+	// BeginEvent makes the caller the event's processor if it is still
+	// under fence and may be processed at now: received, failed, or
+	// processing with an expired lease. It bumps the fence and the attempts.
+	BeginEvent(ctx context.Context, provider, id string, fence int64, now, leaseUntil time.Time) (newFence int64, ok bool, err error)
+	// FinishEvent stores the end of a try if fence still holds it.
+	FinishEvent(ctx context.Context, provider, id string, fence int64, state EventState, result, lastErr string, now time.Time) (ok bool, err error)
+	// StrandedEvents returns up to limit events a processor left: received
+	// before receivedBefore and never begun, or processing with a lease
+	// expired at now.
+	StrandedEvents(ctx context.Context, receivedBefore, now time.Time, limit int) ([]InboxEvent, error)
+	// ListEvents returns events newest first.
+	ListEvents(ctx context.Context, f EventFilter) ([]InboxEvent, error)
+	// AttemptByPaymentID finds an attempt by payment id in any scope.
+	AttemptByPaymentID(ctx context.Context, id string) (*ListedAttempt, error)
+}
+
+// Delivery is the inbox's answer to one delivery of an event.
+type Delivery struct {
+	State     EventState
+	Duplicate bool // the event was already in the inbox
+	// Busy: another copy of the event holds it right now; its outcome is not
+	// yet durable, so this copy must not be told "done".
+	Busy bool
+}
+
+// Done reports whether the sender may stop delivering: the outcome is final
+// and durable.
+func (d Delivery) Done() bool { return d.State.Final() }
+
+// Inbox applies provider events to attempts, each at most once, through
+// the same guarded, fenced record a request or reconcile uses.
+type Inbox struct {
+	Store    EventStore
+	Attempts Store // the attempts' TakeOver and Record
+	Log      *slog.Logger
+	Now      func() time.Time
+	// Lease is how long a processor holds an event, and an attempt it took
+	// over, before another may take them.
+	Lease time.Duration
+	// MaxAttempts bounds the automatic tries of an event; past them it stays
+	// failed until an operator redelivers it.
+	MaxAttempts int
+	// Observe, if set, is told the outcome of every delivery and try.
+	Observe func(provider, eventType, outcome string)
+}
+
+// NewInbox returns an inbox over store and attempts with its defaults set.
+func NewInbox(store EventStore, attempts Store, log *slog.Logger, now func() time.Time, lease time.Duration) *Inbox {
+	if lease <= 0 {
+		panic("payment: NewInbox: lease must be positive")
+	}
+	return &Inbox{Store: store, Attempts: attempts, Log: log, Now: now, Lease: lease, MaxAttempts: 10}
+}
+
+// Deliver takes one delivery of a verified event: the first copy claims it
+// and applies it; a copy of a final event is answered from the inbox; a
+// copy that finds another copy at work gets Busy, so its sender redelivers
+// and learns the outcome once it is durable.
+func (in *Inbox) Deliver(ctx context.Context, ev Event) (Delivery, error) {
+	// An answer lost to a hang-up must not abandon a try half done.
+	ctx = context.WithoutCancel(ctx)
+	now := in.Now()
+	e := InboxEvent{Event: ev, State: EventReceived, ReceivedAt: now, UpdatedAt: now}
+	claimed, err := in.Store.ReceiveEvent(ctx, &e)
+	if err != nil {
+		return Delivery{}, err
+	}
+	cur := &e
+	if !claimed {
+		if cur, err = in.Store.InboxEvent(ctx, ev.Provider, ev.ID); err != nil {
+			return Delivery{}, err
+		}
+	}
+	d, err := in.try(ctx, cur, false)
+	d.Duplicate = !claimed
+	in.observe(ev, d, err)
+	return d, err
+}
+
+// Redeliver processes a stored failed event again, past MaxAttempts: what
+// the admin page's button does.
+func (in *Inbox) Redeliver(ctx context.Context, provider, id string) (Delivery, error) {
+	cur, err := in.Store.InboxEvent(ctx, provider, id)
+	if err != nil {
+		return Delivery{}, err
+	}
+	if cur.State != EventFailedState && cur.State != EventReceived {
+		return Delivery{}, Errorf(EINVALID, "Only a failed event can be redelivered; this one is %s.", cur.State)
+	}
+	d, err := in.try(ctx, cur, true)
+	in.observe(cur.Event, d, err)
+	return d, err
+}
+
+// SweepResult is what one sweep did.
+type SweepResult struct {
+	Found, Processed, Failed int
+}
+
+func (r SweepResult) String() string {
+	return fmt.Sprintf("inbox sweep: %d stranded events, %d settled, %d still failing", r.Found, r.Processed, r.Failed)
+}
+
+// Sweep takes over the events a processor left behind (it died between
+// receiving and finishing), so an event whose sender gave up still lands.
+func (in *Inbox) Sweep(ctx context.Context) (SweepResult, error) {
+	var res SweepResult
+	now := in.Now()
+	stranded, err := in.Store.StrandedEvents(ctx, now.Add(-in.Lease), now, 100)
+	if err != nil {
+		return res, err
+	}
+	for i := range stranded {
+		res.Found++
+		d, err := in.try(ctx, &stranded[i], false)
+		in.observe(stranded[i].Event, d, err)
+		if err != nil {
+			return res, err
+		}
+		if d.Done() {
+			res.Processed++
+		} else if d.State == EventFailedState {
+			res.Failed++
+		}
+	}
+	return res, nil
+}
+
+// try begins a try of cur if it may be begun, applies the event and
+// finishes the try. A fenced-out processor answers from what the winner
+// left.
+func (in *Inbox) try(ctx context.Context, cur *InboxEvent, operator bool) (Delivery, error) {
+	now := in.Now()
+	switch {
+	case cur.State.Final():
+		return Delivery{State: cur.State}, nil
+	case cur.State == EventProcessing && cur.LeaseExpiresAt.After(now):
+		return Delivery{State: cur.State, Busy: true}, nil
+	case cur.State == EventFailedState && cur.Attempts >= in.MaxAttempts && !operator:
+		return Delivery{State: cur.State}, nil
+	}
+	fence, ok, err := in.Store.BeginEvent(ctx, cur.Provider, cur.ID, cur.Fence, now, now.Add(in.Lease))
+	if err != nil {
+		return Delivery{}, err
+	}
+	if !ok {
+		return in.current(ctx, cur.Event)
+	}
+	crashpoint.Hit("in-event") // claimed and begun, not yet applied
+	state, result, applyErr := in.apply(ctx, cur.Event)
+	crashpoint.Hit("after-apply") // the attempt is settled, the event not yet finished
+	lastErr := ""
+	if applyErr != nil {
+		state, lastErr = EventFailedState, ErrorMessage(applyErr)
+		if ErrorCode(applyErr) == EINTERNAL {
+			lastErr = applyErr.Error() // the operator's page, never a client's
+		}
+		in.Log.Warn("event not applied; left for a redelivery", "provider", cur.Provider, "event_id", cur.ID, "err", applyErr)
+	}
+	ok, err = in.Store.FinishEvent(ctx, cur.Provider, cur.ID, fence, state, result, lastErr, in.Now())
+	if err != nil {
+		return Delivery{}, err
+	}
+	if !ok { // our lease ran out and another processor took the event
+		return in.current(ctx, cur.Event)
+	}
+	return Delivery{State: state}, nil
+}
+
+// current answers from the inbox as it stands, for a copy that lost the race.
+func (in *Inbox) current(ctx context.Context, ev Event) (Delivery, error) {
+	cur, err := in.Store.InboxEvent(ctx, ev.Provider, ev.ID)
+	if err != nil {
+		return Delivery{}, err
+	}
+	return Delivery{State: cur.State, Busy: !cur.State.Final()}, nil
+}
+
+// errAttemptBusy: a live request owns the attempt; it will record the same
+// answer, or release it, and the event's next try settles or confirms it.
+var errAttemptBusy = Errorf(EINPROGRESS, "A request holds this payment's attempt right now; the event is tried again.")
+
+// apply settles the attempt the event names and returns the state the
+// event ends in. An error leaves the event failed, to be tried again.
+func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error) {
+	if ev.Kind != EventSucceeded && ev.Kind != EventFailed {
+		return EventIgnored, "event type not used", nil
+	}
+	la, err := in.Store.AttemptByPaymentID(ctx, ev.PaymentID)
+	if ErrorCode(err) == ENOTFOUND || err == nil && DownstreamKey(la.Scope, la.Key) != ev.DownstreamKey {
+		in.Log.Info("event for a payment oncepay does not know; ignored", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID)
+		return EventIgnored, "unknown payment", nil
+	}
+	if err != nil {
+		return "", "", err
+	}
+	a := la.Attempt
+	for range 2 { // once more after losing the attempt to a request or reconcile
+		if a.Status != InProgress {
+			return in.final(ev, a)
+		}
+		if a.LeaseLive(in.Now()) {
+			return "", "", errAttemptBusy
+		}
+		now := in.Now()
+		fence, ok, err := in.Attempts.TakeOver(ctx, a.Scope, a.Key, a.Fence, now, now.Add(in.Lease))
+		if err != nil {
+			return "", "", err
+		}
+		if ok {
+			a.Fence = fence
+			o := eventOutcome(a, ev)
+			ok, err = in.Attempts.Record(ctx, a.Scope, a.Key, a.Fence, o, in.Now())
+			if err != nil {
+				return "", "", err
+			}
+			if ok {
+				in.Log.Info("event settled attempt", "provider", ev.Provider, "event_id", ev.ID, "payment_id", a.ID, "status", o.Status)
+				return EventProcessed, "settled " + string(o.Status), nil
+			}
+		}
+		cur, err := in.Attempts.Attempt(ctx, a.Scope, a.Key)
+		if err != nil {
+			return "", "", err
+		}
+		a = *cur
+	}
+	return "", "", errAttemptBusy
+}
+
+// eventOutcome is what the event says the attempt's answer is: the same
+// outcome, byte for byte, that a request or reconcile would record.
+func eventOutcome(a Attempt, ev Event) Outcome {
+	if ev.Kind == EventFailed {
+		return declinedOutcome(a, &DeclineError{Code: ev.DeclineCode, Message: ev.DeclineReason})
+	}
+	if !ev.Charge.matches(a) {
+		return providerKeyReusedOutcome(a)
+	}
+	return SucceededOutcome(a, ev.Charge)
+}
+
+// final decides an event about an attempt already settled: one that agrees
+// is processed (nothing to do); one that disagrees never changes a final
+// answer the client may already hold, and is logged for the operator.
+func (in *Inbox) final(ev Event, a Attempt) (EventState, string, error) {
+	agrees := ev.Kind == EventSucceeded && a.Status == Succeeded && a.ChargeID == ev.Charge.ID ||
+		ev.Kind == EventFailed && a.Status == Failed
+	if agrees {
+		return EventProcessed, "already " + string(a.Status), nil
+	}
+	msg := fmt.Sprintf("attempt already %s; a %s event does not change it", a.Status, ev.Kind)
+	log := in.Log.Warn
+	if ev.Kind == EventSucceeded {
+		log = in.Log.Error // money moved that the client was told did not: an operator must look
+	}
+	log("event disagrees with a final attempt; not applied", "provider", ev.Provider, "event_id", ev.ID,
+		"payment_id", a.ID, "status", a.Status, "charge_id", a.ChargeID, "event_charge_id", ev.Charge.ID)
+	return EventIgnored, msg, nil
+}
+
+// observe reports a delivery's outcome: processed, ignored, failed, busy,
+// or error.
+func (in *Inbox) observe(ev Event, d Delivery, err error) {
+	if in.Observe == nil {
+		return
+	}
+	outcome := string(d.State)
+	switch {
+	case err != nil:
+		outcome = "error"
+	case d.Busy:
+		outcome = "busy"
+	case d.Duplicate && d.Done():
+		outcome = "duplicate"
+	}
+	in.Observe(ev.Provider, ev.Type, outcome)
+}

@@ -1,0 +1,217 @@
+package payment
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/crashpoint"
+)
+
+// operation is one kind of money movement under a client's key: the part of
+// the flow that talks to the provider and builds answers. The flow itself
+// (claim, lease, fenced record, replay, takeover, reconcile) is written once,
+// in this file, for every kind; payments.go and refunds.go are its users.
+type operation interface {
+	// move asks the provider to move a's money under a's downstream key. An
+	// error is an unknown outcome (or ErrProviderUnavailable); every
+	// definitive answer, a refusal included, is an Outcome.
+	move(ctx context.Context, a Attempt) (Outcome, error)
+	// find asks the provider what became of a. found is false only when the
+	// provider has surely not moved a's money; an error means it cannot say.
+	find(ctx context.Context, a Attempt) (o Outcome, found bool, err error)
+	// notCompleted is what reconcile records when the provider never moved
+	// a's money: final, so the key is spent.
+	notCompleted(a Attempt) Outcome
+	// unknown is the client's error when the provider's answer was lost.
+	unknown(a Attempt) error
+}
+
+// operation returns the operation of kind k.
+func (s *Service) operation(k Kind) operation {
+	if k == KindRefund {
+		return refunds{s}
+	}
+	return payments{s}
+}
+
+// once runs the operation a names at most once under (a.Scope, a.Key),
+// whatever the number of calls: a is the attempt a new claim inserts. A final
+// outcome is stored and every later call gets its exact bytes.
+func (s *Service) once(ctx context.Context, a Attempt) (Result, error) {
+	// A retry finds its answer with a read and never waits for the writer.
+	// Only the INSERT of Claim decides who owns a new key.
+	ans, err := s.Store.Answer(ctx, a.Scope, a.Key)
+	if ErrorCode(err) == ENOTFOUND {
+		claimed, cerr := s.Store.Claim(ctx, &a)
+		if cerr != nil {
+			return Result{}, cerr
+		}
+		if claimed {
+			crashpoint.Hit("after-claim")
+			return s.own(ctx, a, false)
+		}
+		ans, err = s.Store.Answer(ctx, a.Scope, a.Key)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	return s.duplicate(ctx, a, ans)
+}
+
+// duplicate answers req, a request whose key was already claimed, from ans,
+// what the key holds: by the stored answer, a conflict, or by taking over an
+// attempt whose owner is gone.
+func (s *Service) duplicate(ctx context.Context, req Attempt, ans *Answer) (Result, error) {
+	switch {
+	case string(ans.RequestHash) != string(req.RequestHash):
+		return Result{}, Errorf(EKEYREUSED, "This Idempotency-Key was already used with a different request. Use a new key for a new %s.", req.Kind)
+	case ans.Status != InProgress:
+		return Result{Status: ans.ResponseStatus, Body: ans.ResponseBody, Replayed: true}, nil
+	case ans.LeaseExpiresAt.After(s.Now()):
+		return Result{}, Errorf(EINPROGRESS, "A request with this Idempotency-Key is still being processed. Retry with the same key.")
+	}
+	// The owner is gone. A takeover needs the whole attempt; what changed
+	// since the read above, the guarded UPDATE sees.
+	cur, err := s.Store.Attempt(ctx, req.Scope, req.Key)
+	if err != nil {
+		return Result{}, err
+	}
+	now := s.Now()
+	fence, ok, err := s.Store.TakeOver(ctx, cur.Scope, cur.Key, cur.Fence, now, now.Add(s.Lease))
+	if err != nil {
+		return Result{}, err
+	}
+	if !ok { // another retry or reconcile got there first
+		return s.settled(ctx, *cur)
+	}
+	s.Log.Info("took over abandoned attempt", "kind", cur.Kind, "id", cur.ID, "fence", fence)
+	cur.Fence, cur.LeaseExpiresAt = fence, now.Add(s.Lease)
+	return s.own(ctx, *cur, true)
+}
+
+// own calls the provider as the owner of a under a.Fence and records the
+// answer. After a takeover it asks the provider first: the earlier owner may
+// have moved the money.
+func (s *Service) own(ctx context.Context, a Attempt, lookupFirst bool) (Result, error) {
+	op := s.operation(a.Kind)
+	// A client that hangs up must not abandon a call in flight, nor the
+	// record of its answer. One deadline covers both provider calls, and it
+	// ends with the lease: past the lease a retry may take the attempt over
+	// and reconcile may settle it, so an owner paused between its claim and
+	// its call (a stalled process) must not call the provider at all.
+	ctx = context.WithoutCancel(ctx)
+	budget := min(s.ProviderTimeout, a.LeaseExpiresAt.Sub(s.Now()))
+	pctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	var (
+		o     Outcome
+		found bool
+		err   error
+	)
+	switch {
+	case budget <= 0:
+		err = errLeaseRanOut
+	case lookupFirst:
+		o, found, err = op.find(pctx, a)
+	}
+	if err == nil && !found {
+		o, err = op.move(pctx, a)
+	}
+	if err != nil {
+		s.Log.Warn("provider outcome unknown", "kind", a.Kind, "id", a.ID, "err", err)
+		// Not stored: the retry (same key) takes over at once and asks the provider.
+		if rerr := s.Store.Release(ctx, a.Scope, a.Key, a.Fence, s.Now()); rerr != nil {
+			s.Log.Error("release lease", "kind", a.Kind, "id", a.ID, "err", rerr)
+		}
+		if errors.Is(err, ErrProviderUnavailable) {
+			return Result{}, Errorf(EUNAVAILABLE, "The payment provider cannot be used right now. Retry later with the same Idempotency-Key.")
+		}
+		return Result{}, op.unknown(a)
+	}
+	if o.Status == Succeeded {
+		crashpoint.Hit("after-" + movedPoint[a.Kind])
+	}
+	ok, err := s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o, s.Now())
+	if err != nil {
+		return Result{}, err
+	}
+	crashpoint.Hit("after-record")
+	if !ok { // fenced out: a takeover or reconcile recorded first; theirs stands
+		return s.settled(ctx, a)
+	}
+	return Result{Status: o.ResponseStatus, Body: o.ResponseBody}, nil
+}
+
+// errLeaseRanOut: the owner's lease ended before it asked the provider
+// anything, so it asks nothing; the retry takes over and asks.
+var errLeaseRanOut = errors.New("the lease ran out before the provider was called")
+
+// movedPoint names the crash point between the provider moving money and
+// the record of it: after-charge, after-refund.
+var movedPoint = map[Kind]string{KindPayment: "charge", KindRefund: "refund"}
+
+// settled answers from whatever the store holds now, for a caller that lost
+// a race for ownership.
+func (s *Service) settled(ctx context.Context, a Attempt) (Result, error) {
+	cur, err := s.Store.Answer(ctx, a.Scope, a.Key)
+	if err != nil {
+		return Result{}, err
+	}
+	if cur.Status == InProgress {
+		return Result{}, Errorf(EINPROGRESS, "A request with this Idempotency-Key is still being processed. Retry with the same key.")
+	}
+	return Result{Status: cur.ResponseStatus, Body: cur.ResponseBody, Replayed: true}, nil
+}
+
+// settle is reconcile's takeover of a stale attempt: it asks the provider
+// and records what it says. It returns the status it left: "" if it could
+// not take a over, InProgress if the provider could not say.
+func (s *Service) settle(ctx context.Context, a Attempt) (Status, error) {
+	now := s.Now()
+	fence, ok, err := s.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence, now, now.Add(s.Lease))
+	if err != nil || !ok {
+		return "", err
+	}
+	a.Fence = fence
+	op := s.operation(a.Kind)
+	pctx, cancel := context.WithTimeout(ctx, s.ProviderTimeout)
+	o, found, err := op.find(pctx, a)
+	cancel()
+	if err != nil {
+		s.Log.Warn("reconcile: provider lookup failed; left for the next run", "kind", a.Kind, "id", a.ID, "err", err)
+		// Reconcile moved no money: the attempt keeps its old update time, so
+		// it is as stale as before and the next run tries again.
+		return InProgress, s.Store.Release(ctx, a.Scope, a.Key, a.Fence, a.UpdatedAt)
+	}
+	if !found {
+		o = op.notCompleted(a)
+	}
+	ok, err = s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o, s.Now())
+	if err != nil || !ok {
+		return "", err
+	}
+	s.Log.Info("reconcile: settled", "kind", a.Kind, "id", a.ID, "status", o.Status, "provider_id", o.ChargeID)
+	return o.Status, nil
+}
+
+// observe tells ObserveProviderCall of one call: op is "charge", "lookup",
+// "refund" or "refund_lookup".
+func (s *Service) observe(op, result string, start time.Time) {
+	if s.ObserveProviderCall != nil {
+		s.ObserveProviderCall(op, result, time.Since(start))
+	}
+}
+
+// callResult names a provider call's result for ObserveProviderCall.
+func callResult(found bool, err error) string {
+	switch _, declined := IsDecline(err); {
+	case declined:
+		return "declined"
+	case err != nil:
+		return "unknown"
+	case found:
+		return "found"
+	}
+	return "not_found"
+}

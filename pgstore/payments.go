@@ -1,0 +1,204 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/oncepay/oncepay/payment"
+)
+
+// The SQL of sqlitestore/payments.go, statement for statement; what differs
+// is said where it does.
+
+// refuseExpiredKey fails the claim of a key whose record was purged while
+// the payment or refund it made is still kept: the late retry of an old
+// intent, which must never move money a second time.
+func refuseExpiredKey(ctx context.Context, tx pgx.Tx, a *payment.Attempt) error {
+	var kind, id, paymentID string
+	hash := payment.KeyHash(a.Key)
+	err := tx.QueryRow(ctx, `SELECT 'payment', id, id FROM payments WHERE scope = $1 AND key_hash = $2
+		UNION ALL SELECT 'refund', id, payment_id FROM refunds WHERE scope = $1 AND key_hash = $2
+		LIMIT 1`, a.Scope, hash).Scan(&kind, &id, &paymentID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return payment.ExpiredKey(a, kind, id, paymentID)
+}
+
+func createPayment(ctx context.Context, tx pgx.Tx, a *payment.Attempt) error {
+	_, err := tx.Exec(ctx, `INSERT INTO payments
+		(id, scope, key_hash, amount, currency, status, details, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		a.ID, a.Scope, payment.KeyHash(a.Key), a.Amount, a.Currency, string(a.Status), a.Details, ms(a.CreatedAt), ms(a.UpdatedAt))
+	return err
+}
+
+// createRefund reserves a's amount on its payment with one guarded UPDATE:
+// under READ COMMITTED, refunds racing on one payment queue on its row
+// lock and each re-checks the guard on the row the one before it left, so
+// together they never reserve more than the payment. An amount of 0 asks
+// for all that is left: the row is locked while it is read (SQLite's one
+// writer needs no lock), so no other refund changes it before the UPDATE.
+// A refusal returns its error and the claim's transaction rolls back:
+// nothing is reserved and the key stays free.
+func createRefund(ctx context.Context, tx pgx.Tx, a *payment.Attempt) error {
+	if a.Amount == 0 {
+		err := tx.QueryRow(ctx, `SELECT amount - amount_refunded - amount_reserved FROM payments
+			WHERE id = $1 AND scope = $2 FOR UPDATE`, a.PaymentID, a.Scope).Scan(&a.Amount)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+	}
+	err := tx.QueryRow(ctx, `UPDATE payments
+		SET amount_reserved = amount_reserved + $1, updated_at = $2
+		WHERE id = $3 AND scope = $4 AND status = 'succeeded' AND $1 > 0
+		  AND amount - amount_refunded - amount_reserved >= $1
+		RETURNING currency`, a.Amount, ms(a.CreatedAt), a.PaymentID, a.Scope).Scan(&a.Currency)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return refundRefusal(ctx, tx, a)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE payment_attempts SET amount = $1, currency = $2
+		WHERE scope = $3 AND idempotency_key = $4`, a.Amount, a.Currency, a.Scope, a.Key); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO refunds
+		(id, scope, payment_id, key_hash, amount, currency, status, details, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		a.ID, a.Scope, a.PaymentID, payment.KeyHash(a.Key), a.Amount, a.Currency, string(a.Status), a.Details,
+		ms(a.CreatedAt), ms(a.UpdatedAt))
+	return err
+}
+
+// refundRefusal says why the reservation of a refused: read after the
+// guarded UPDATE matched nothing, only to word the answer.
+func refundRefusal(ctx context.Context, tx pgx.Tx, a *payment.Attempt) error {
+	var (
+		status                     string
+		amount, refunded, reserved int64
+	)
+	err := tx.QueryRow(ctx, `SELECT status, amount, amount_refunded, amount_reserved FROM payments
+		WHERE id = $1 AND scope = $2`, a.PaymentID, a.Scope).Scan(&status, &amount, &refunded, &reserved)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return payment.RefundRefused(a, nil)
+	}
+	if err != nil {
+		return err
+	}
+	return payment.RefundRefused(a, &payment.Payment{Status: payment.Status(status), Amount: amount, AmountRefunded: refunded, AmountReserved: reserved})
+}
+
+// settlePayment copies a payment's final outcome to its payment row.
+func settlePayment(ctx context.Context, tx pgx.Tx, id string, o payment.Outcome, now time.Time) error {
+	_, err := tx.Exec(ctx, `UPDATE payments SET status = $1, charge_id = $2, failure_code = $3, updated_at = $4
+		WHERE id = $5`, string(o.Status), nullString(o.ChargeID), nullString(o.FailureCode), ms(now), id)
+	return err
+}
+
+// settleRefund copies a refund's final outcome to its row and turns its
+// reservation into refunded money, or gives it back.
+func settleRefund(ctx context.Context, tx pgx.Tx, id, paymentID string, amount int64, o payment.Outcome, now time.Time) error {
+	if _, err := tx.Exec(ctx, `UPDATE refunds SET status = $1, provider_refund_id = $2, failure_code = $3, updated_at = $4
+		WHERE id = $5`, string(o.Status), nullString(o.ChargeID), nullString(o.FailureCode), ms(now), id); err != nil {
+		return err
+	}
+	refunded := int64(0)
+	if o.Status == payment.Succeeded {
+		refunded = amount
+	}
+	_, err := tx.Exec(ctx, `UPDATE payments
+		SET amount_reserved = amount_reserved - $1, amount_refunded = amount_refunded + $2, updated_at = $3
+		WHERE id = $4`, amount, refunded, ms(now), paymentID)
+	return err
+}
+
+const paymentColumns = `p.id, p.scope, coalesce(a.idempotency_key, ''), p.key_hash, p.amount, p.currency, p.status,
+	p.charge_id, p.failure_code, p.amount_refunded, p.amount_reserved, p.details, p.created_at, p.updated_at`
+
+// Payment returns the payment id within scope, with its key while the key's
+// record is kept.
+func (db *DB) Payment(ctx context.Context, scope, id string) (*payment.Payment, error) {
+	var (
+		p                 payment.Payment
+		status            string
+		chargeID, failure *string
+		created, updated  int64
+	)
+	err := db.pool.QueryRow(ctx, `SELECT `+paymentColumns+`
+		FROM payments p LEFT JOIN payment_attempts a ON a.id = p.id
+		WHERE p.id = $1 AND p.scope = $2`, id, scope).Scan(&p.ID, &p.Scope, &p.Key, &p.KeyHash, &p.Amount, &p.Currency,
+		&status, &chargeID, &failure, &p.AmountRefunded, &p.AmountReserved, &p.Details, &created, &updated)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, payment.ErrNoPayment()
+	}
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	p.Status, p.ChargeID, p.FailureCode = payment.Status(status), deref(chargeID), deref(failure)
+	p.CreatedAt, p.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
+	return &p, nil
+}
+
+// Refunds returns the refunds of payment paymentID within scope, oldest
+// first.
+func (db *DB) Refunds(ctx context.Context, scope, paymentID string) ([]payment.Refund, error) {
+	return queryAll(ctx, db, scanRefund, `SELECT r.id, r.scope, r.payment_id, coalesce(a.idempotency_key, ''),
+		r.amount, r.currency, r.status, r.provider_refund_id, r.failure_code, r.details, r.created_at, r.updated_at
+		FROM refunds r LEFT JOIN payment_attempts a ON a.id = r.id
+		WHERE r.payment_id = $1 AND r.scope = $2 ORDER BY r.created_at, r.id`, paymentID, scope)
+}
+
+func scanRefund(row pgx.Row) (*payment.Refund, error) {
+	var (
+		r                 payment.Refund
+		status            string
+		provider, failure *string
+		created, updated  int64
+	)
+	err := row.Scan(&r.ID, &r.Scope, &r.PaymentID, &r.Key, &r.Amount, &r.Currency, &status,
+		&provider, &failure, &r.Details, &created, &updated)
+	if err != nil {
+		return nil, err
+	}
+	r.Status, r.ProviderRefundID, r.FailureCode = payment.Status(status), deref(provider), deref(failure)
+	r.CreatedAt, r.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
+	return &r, nil
+}
+
+// PurgePayments deletes up to limit final payments last updated before
+// before, with their refunds, once their key's record is gone and no
+// refund of theirs is in progress. The payments are locked as they are
+// chosen, skipping any another instance's purge (or a refund's claim)
+// holds: a refund reserving on a payment being purged waits, then finds
+// no payment.
+func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (int, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT p.id FROM payments p
+			WHERE p.status IN ('succeeded', 'failed') AND p.updated_at < $1 AND p.amount_reserved = 0
+			  AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = p.id)
+			  AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id AND r.status = 'in_progress')
+			LIMIT $2 FOR UPDATE SKIP LOCKED`, ms(before), limit)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM refunds WHERE payment_id = ANY($1)`, ids); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM payments WHERE id = ANY($1)`, ids)
+		n = tag.RowsAffected()
+		return err
+	})
+	return int(n), mapErr(err)
+}

@@ -1,0 +1,163 @@
+package sim
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+// refundSchema is the ledger of refunds, deduped by key as charges are: a
+// key's first refund is copy 0; with dedupe off each further call is the
+// next copy. Like a bank, the sim never refunds more than was charged.
+const refundSchema = `CREATE TABLE IF NOT EXISTS sim_refunds (
+	idempotency_key TEXT NOT NULL,
+	copy            INTEGER NOT NULL DEFAULT 0,
+	id              TEXT NOT NULL UNIQUE,
+	charge_id       TEXT NOT NULL,
+	amount          INTEGER NOT NULL,
+	currency        TEXT NOT NULL,
+	params_hash     TEXT NOT NULL,
+	created_at      INTEGER NOT NULL, -- unix ms
+	PRIMARY KEY (idempotency_key, copy)
+)`
+
+// errNoSuchCharge is the bank's refusal of a refund of a charge it never
+// made; nothing was refunded.
+var errNoSuchCharge = &payment.DeclineError{Code: "charge_not_found", Message: "No such charge."}
+
+// Refund gives back part of a charge once per idempotency key. It
+// implements payment.Provider. The fault knobs of charges apply: a failure
+// before refunding, a response lost after refunding, no dedupe.
+func (s *Sim) Refund(ctx context.Context, req payment.ProviderRefundRequest) (payment.ProviderRefund, error) {
+	s.calls.add(req.IdempotencyKey, opRefund)
+	f := s.Faults()
+	if err := sleep(ctx, f.Latency); err != nil {
+		return payment.ProviderRefund{}, err
+	}
+	if req.IdempotencyKey == "" || len(req.IdempotencyKey) > 255 || req.Amount <= 0 || req.ChargeID == "" {
+		return payment.ProviderRefund{}, fmt.Errorf("%w: a refund needs a key, a charge and a positive amount", ErrInvalidRequest)
+	}
+	if roll(f.FailBeforeCharge) {
+		return payment.ProviderRefund{}, ErrFailedBeforeCharge
+	}
+	hash := refundHash(req)
+	r := payment.ProviderRefund{
+		ID:             "re_sim_" + strings.ToLower(crand.Text()[:20]),
+		IdempotencyKey: req.IdempotencyKey,
+		ChargeID:       req.ChargeID,
+		Amount:         req.Amount,
+		Currency:       req.Currency,
+		CreatedAt:      time.UnixMilli(time.Now().UnixMilli()).UTC(),
+	}
+	var declined error
+	err := s.writer.Write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if !f.NoDedupe {
+			var stored string
+			var ms int64
+			err := tx.QueryRowContext(ctx, `SELECT id, charge_id, amount, currency, params_hash, created_at FROM sim_refunds
+				WHERE idempotency_key = ? ORDER BY copy LIMIT 1`, req.IdempotencyKey).Scan(&r.ID, &r.ChargeID, &r.Amount, &r.Currency, &stored, &ms)
+			if err == nil {
+				r.CreatedAt = time.UnixMilli(ms).UTC()
+				if stored != hash {
+					declined = ErrKeyMismatch
+				}
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		var charged, refunded int64
+		var currency string
+		err := tx.QueryRowContext(ctx, `SELECT amount, currency,
+			(SELECT coalesce(sum(amount), 0) FROM sim_refunds WHERE charge_id = ?1)
+			FROM sim_charges WHERE id = ?1`, req.ChargeID).Scan(&charged, &currency, &refunded)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			declined = errNoSuchCharge
+			return nil
+		case err != nil:
+			return err
+		case currency != req.Currency || refunded+req.Amount > charged:
+			declined = &payment.DeclineError{Code: "amount_too_large",
+				Message: fmt.Sprintf("The charge has %d %s left to refund.", charged-refunded, currency)}
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO sim_refunds
+			(idempotency_key, id, charge_id, amount, currency, params_hash, created_at, copy)
+			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, (SELECT coalesce(max(copy) + 1, 0) FROM sim_refunds WHERE idempotency_key = ?1))`,
+			r.IdempotencyKey, r.ID, r.ChargeID, r.Amount, r.Currency, hash, r.CreatedAt.UnixMilli())
+		return err
+	})
+	if err != nil {
+		return payment.ProviderRefund{}, fmt.Errorf("sim: record refund: %w", err)
+	}
+	if declined != nil {
+		return payment.ProviderRefund{}, declined
+	}
+	if roll(f.FailAfterCharge) {
+		return payment.ProviderRefund{}, ErrLostResponse
+	}
+	return r, nil
+}
+
+// LookupRefund reports the refund made under key, if any. It implements
+// payment.Provider.
+func (s *Sim) LookupRefund(ctx context.Context, req payment.RefundLookup) (payment.ProviderRefund, bool, error) {
+	s.calls.add(req.IdempotencyKey, opRefundLookup)
+	f := s.Faults()
+	if err := sleep(ctx, f.Latency); err != nil {
+		return payment.ProviderRefund{}, false, err
+	}
+	if roll(f.FailLookup) {
+		return payment.ProviderRefund{}, false, ErrLookupFailed
+	}
+	r := payment.ProviderRefund{IdempotencyKey: req.IdempotencyKey}
+	var ms int64
+	err := s.read.QueryRowContext(ctx, `SELECT id, charge_id, amount, currency, created_at FROM sim_refunds
+		WHERE idempotency_key = ? ORDER BY copy LIMIT 1`, req.IdempotencyKey).Scan(&r.ID, &r.ChargeID, &r.Amount, &r.Currency, &ms)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payment.ProviderRefund{}, false, nil
+	}
+	if err != nil {
+		return payment.ProviderRefund{}, false, fmt.Errorf("sim: read refund: %w", err)
+	}
+	r.CreatedAt = time.UnixMilli(ms).UTC()
+	return r, true, nil
+}
+
+// Refunds returns every refund in the ledger, oldest first.
+func (s *Sim) Refunds(ctx context.Context) ([]payment.ProviderRefund, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT id, idempotency_key, charge_id, amount, currency, created_at
+		FROM sim_refunds ORDER BY rowid`)
+	if err != nil {
+		return nil, fmt.Errorf("sim: read refunds: %w", err)
+	}
+	defer rows.Close()
+	all := []payment.ProviderRefund{}
+	for rows.Next() {
+		var r payment.ProviderRefund
+		var ms int64
+		if err := rows.Scan(&r.ID, &r.IdempotencyKey, &r.ChargeID, &r.Amount, &r.Currency, &ms); err != nil {
+			return nil, fmt.Errorf("sim: read refunds: %w", err)
+		}
+		r.CreatedAt = time.UnixMilli(ms).UTC()
+		all = append(all, r)
+	}
+	return all, rows.Err()
+}
+
+func refundHash(req payment.ProviderRefundRequest) string {
+	b, _ := json.Marshal([]any{req.ChargeID, req.Amount, req.Currency}) // cannot fail
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

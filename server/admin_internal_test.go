@@ -1,0 +1,181 @@
+package server
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+// Amounts show in major units with the currency's own number of digits.
+func TestFormatAmount(t *testing.T) {
+	for _, tt := range []struct {
+		amount   int64
+		currency string
+		want     string
+	}{
+		{1999, "EUR", "19.99 EUR"},
+		{5, "EUR", "0.05 EUR"},
+		{100, "USD", "1.00 USD"},
+		{1999, "JPY", "1999 JPY"},
+		{1999, "KWD", "1.999 KWD"},
+		{99_999_999, "GBP", "999999.99 GBP"},
+	} {
+		if got := formatAmount(tt.amount, tt.currency); got != tt.want {
+			t.Errorf("formatAmount(%d, %s) = %q, want %q", tt.amount, tt.currency, got, tt.want)
+		}
+	}
+}
+
+// The list's links keep the filter and the search, and leave out what is
+// not set.
+func TestListURL(t *testing.T) {
+	for _, tt := range []struct {
+		status, search string
+		offset         int
+		want           string
+	}{
+		{"", "", 0, "/admin"},
+		{"failed", "", 0, "/admin?status=failed"},
+		{"", "order 1", 0, "/admin?q=order+1"},
+		{"", "", 50, "/admin?offset=50"},
+		{"succeeded", "k", 100, "/admin?offset=100&q=k&status=succeeded"},
+	} {
+		if got := listURL(tt.status, tt.search, tt.offset); got != tt.want {
+			t.Errorf("listURL(%q, %q, %d) = %q, want %q", tt.status, tt.search, tt.offset, got, tt.want)
+		}
+	}
+}
+
+// limit and offset at the edges of what the list takes.
+func TestListParamsBounds(t *testing.T) {
+	for _, tt := range []struct {
+		query         string
+		limit, offset int
+		ok            bool
+	}{
+		{"", 50, 0, true},
+		{"limit=1", 1, 0, true},
+		{"limit=500", 500, 0, true},
+		{"limit=0", 0, 0, false},
+		{"limit=501", 0, 0, false},
+		{"offset=0", 50, 0, true},
+		{"offset=7", 50, 7, true},
+		{"offset=-1", 0, 0, false},
+		{"status=in_progress&q=x", 50, 0, true},
+	} {
+		f, err := listParams(httptest.NewRequest("GET", "/admin?"+tt.query, nil), 50)
+		if (err == nil) != tt.ok {
+			t.Errorf("%q: err = %v, want ok %v", tt.query, err, tt.ok)
+			continue
+		}
+		if tt.ok && (f.Limit != tt.limit || f.Offset != tt.offset) {
+			t.Errorf("%q: limit %d offset %d, want %d %d", tt.query, f.Limit, f.Offset, tt.limit, tt.offset)
+		}
+	}
+}
+
+// Stored JSON is pretty-printed; what is not JSON is shown as it is.
+func TestIndent(t *testing.T) {
+	if got, want := indent([]byte(`{"a":1}`)), "{\n  \"a\": 1\n}"; got != want {
+		t.Errorf("indent(JSON) = %q, want %q", got, want)
+	}
+	if got := indent([]byte("not json")); got != "not json" {
+		t.Errorf("indent(text) = %q, want it unchanged", got)
+	}
+}
+
+// Ages read at a glance, at every unit's edge.
+func TestAge(t *testing.T) {
+	for _, tt := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{999 * time.Millisecond, "<1s"},
+		{time.Second, "1s"},
+		{59*time.Second + 999*time.Millisecond, "59s"},
+		{time.Minute, "1m0s"},
+		{47*time.Hour + 59*time.Minute, "47h59m0s"},
+		{48 * time.Hour, "2d"},
+		{10 * 24 * time.Hour, "10d"},
+	} {
+		if got := age(tt.d); got != tt.want {
+			t.Errorf("age(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+}
+
+// Only numbers from a link reach the flash message.
+func TestNum(t *testing.T) {
+	for in, want := range map[string]string{"3": "3", "0": "0", "-2": "-2", "<b>": "?", "": "?"} {
+		if got := num(in); got != want {
+			t.Errorf("num(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// What the detail page says of the lease, in each state.
+func TestLeaseText(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		a    payment.Attempt
+		want string
+	}{
+		{payment.Attempt{Status: payment.Succeeded, LeaseExpiresAt: now.Add(time.Hour)}, "none (final)"},
+		{payment.Attempt{Status: payment.InProgress}, "released"},
+		{payment.Attempt{Status: payment.InProgress, LeaseExpiresAt: now.Add(30 * time.Second)}, "held by a live request until 12:00:30.000 UTC (30s left)"},
+		{payment.Attempt{Status: payment.InProgress, LeaseExpiresAt: now}, "expired at 12:00:00.000 UTC"},
+	} {
+		if got := leaseText(&tt.a, now); !strings.HasPrefix(got, tt.want) {
+			t.Errorf("leaseText(%s, lease %v) = %q, want it to start %q", tt.a.Status, tt.a.LeaseExpiresAt, got, tt.want)
+		}
+	}
+}
+
+// The status a request is logged with is the first one written, or 200
+// for a body written without one.
+func TestStatusWriter(t *testing.T) {
+	w := &statusWriter{ResponseWriter: httptest.NewRecorder()}
+	w.WriteHeader(404)
+	w.WriteHeader(500) // net/http ignores a second WriteHeader; so does the log
+	if w.status != 404 {
+		t.Errorf("status after 404 then 500 = %d, want 404", w.status)
+	}
+	w = &statusWriter{ResponseWriter: httptest.NewRecorder()}
+	w.Write([]byte("ok"))
+	w.WriteHeader(500)
+	if w.status != 200 {
+		t.Errorf("status after a bare Write = %d, want 200", w.status)
+	}
+}
+
+// One log line a request, its duration in milliseconds.
+func TestRequestLogLine(t *testing.T) {
+	var logs strings.Builder
+	s := &server{Config: Config{Log: slog.New(slog.NewJSONHandler(&logs, nil))}}
+	h := s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond)
+		w.Write([]byte("ok"))
+	}))
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/healthz?secret=1", nil))
+	var line struct {
+		Status     int     `json:"status"`
+		Path       string  `json:"path"`
+		Outcome    string  `json:"outcome"`
+		DurationMS float64 `json:"duration_ms"`
+	}
+	if err := json.Unmarshal([]byte(logs.String()), &line); err != nil {
+		t.Fatalf("log = %q: %v", logs.String(), err)
+	}
+	if line.Status != 200 || line.Path != "/healthz" || line.Outcome != "ok" {
+		t.Errorf("log line = %+v, want status 200, path /healthz (no query), outcome ok", line)
+	}
+	if line.DurationMS < 20 || line.DurationMS > 60_000 {
+		t.Errorf("duration_ms = %v for a 20 ms request, want milliseconds", line.DurationMS)
+	}
+}

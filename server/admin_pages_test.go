@@ -1,0 +1,65 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"html"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+// The list pages by 50, newest first; the pager's links keep the filter and
+// say which rows are shown.
+func TestAdminListPages(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for i := range 51 {
+		if r := e.pay(fmt.Sprintf("page-%02d", i), visa); r.Status != 201 {
+			t.Fatalf("pay = %d %s", r.Status, r.Body)
+		}
+	}
+	first := html.UnescapeString(string(e.do("GET", "/admin?status=succeeded", nil).Body))
+	if !strings.Contains(first, "1–50") || !strings.Contains(first, `href="/admin?offset=50&status=succeeded">Older`) || strings.Contains(first, "Newer") {
+		t.Errorf("first page: want rows 1–50 and only an Older link keeping the filter")
+	}
+	second := html.UnescapeString(string(e.do("GET", "/admin?offset=50&status=succeeded", nil).Body))
+	if !strings.Contains(second, "51–51") || !strings.Contains(second, `href="/admin?status=succeeded">← Newer`) || strings.Contains(second, "Older") {
+		t.Errorf("second page: want row 51–51 and only a Newer link back to the first page")
+	}
+	if !strings.Contains(second, "page-00") || strings.Contains(second, "page-50") {
+		t.Errorf("second page does not hold the oldest attempt alone")
+	}
+}
+
+// An attempt counts as stale once it has been untouched for stale-after with
+// no live lease, not a moment before; the page says how many there are.
+func TestAdminStaleCount(t *testing.T) {
+	now := time.Now()
+	e := newEnv(t, envOptions{now: func() time.Time { return now }})
+	for key, updated := range map[string]time.Duration{"fresh": time.Minute, "stale": 6 * time.Minute} {
+		req, _ := payment.ParseRequest([]byte(visa))
+		a := payment.NewAttempt("demo", key, req, now.Add(-updated), 0)
+		if ok, err := e.DB.Claim(context.Background(), &a); !ok || err != nil {
+			t.Fatalf("Claim = %v, %v", ok, err)
+		}
+	}
+	page := string(e.do("GET", "/admin", nil).Body)
+	if !strings.Contains(page, "<b>1 stale</b>") || !strings.Contains(page, "Reconcile 1 stale now") {
+		t.Errorf("admin page does not count exactly one stale attempt")
+	}
+}
+
+// Closed, the admin surface says how to open it; with a token set, it asks
+// for the token.
+func TestAdminUnauthorizedSaysWhy(t *testing.T) {
+	closed := newEnv(t, envOptions{auth: true})
+	if r := closed.do("GET", "/admin", nil); !strings.Contains(string(r.Body), "--admin-token") {
+		t.Errorf("closed admin = %d %s, want a detail naming --admin-token", r.Status, r.Body)
+	}
+	open := newEnv(t, envOptions{auth: true, adminToken: strings.Repeat("t", 32)})
+	if r := open.do("GET", "/admin", nil); r.Status != 401 || strings.Contains(string(r.Body), "closed") || !strings.Contains(string(r.Body), "Send the admin token") {
+		t.Errorf("admin without the token = %d %s, want 401 asking for it", r.Status, r.Body)
+	}
+}

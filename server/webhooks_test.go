@@ -1,0 +1,295 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/provider/sim"
+)
+
+// simEvent is the simulated provider's charge.succeeded body for c.
+func simEvent(a *payment.Attempt, c payment.Charge) []byte {
+	return fmt.Appendf(nil, `{"type":"charge.succeeded","timestamp":"2026-01-01T00:00:00Z","data":{"id":%q,"idempotency_key":%q,"payment_id":%q,"amount":%d,"currency":%q,"created_at":"2026-01-01T00:00:00Z"}}`,
+		c.ID, payment.DownstreamKey(a.Scope, a.Key), a.ID, c.Amount, c.Currency)
+}
+
+// webhook posts body to /v1/webhooks/sim signed as event id at ts.
+func (e *env) webhook(id string, ts time.Time, secret string, body []byte) response {
+	e.t.Helper()
+	h, err := sim.SignWebhook(secret, id, ts, body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.do("POST", "/v1/webhooks/sim", body, "webhook-id", h.Get("webhook-id"),
+		"webhook-timestamp", h.Get("webhook-timestamp"), "webhook-signature", h.Get("webhook-signature"), "Content-Type", "application/json")
+}
+
+// stuck pays under key with the answer lost: in progress, lease released,
+// and charged in the ledger.
+func (e *env) stuck(key string) (*payment.Attempt, payment.Charge) {
+	e.t.Helper()
+	e.Sim.SetFaults(sim.Faults{FailAfterCharge: 1})
+	r := e.pay(key, visa)
+	e.Sim.SetFaults(sim.Faults{})
+	if r.Status != 503 {
+		e.t.Fatalf("pay = %d %s, want 503", r.Status, r.Body)
+	}
+	a, err := e.DB.Attempt(context.Background(), "demo", key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	charges := e.ledger()[payment.DownstreamKey("demo", key)]
+	if len(charges) != 1 {
+		e.t.Fatalf("ledger has %d charges under the key, want 1", len(charges))
+	}
+	return a, charges[0]
+}
+
+func (e *env) events() []payment.InboxEvent {
+	e.t.Helper()
+	evs, err := e.DB.ListEvents(context.Background(), payment.EventFilter{Limit: 1000})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return evs
+}
+
+// Anything not signed by the provider, now, over exactly this body is 4xx,
+// and nothing is stored.
+func TestWebhookRefusesUnverified(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	a, c := e.stuck("k-refused")
+	body := simEvent(a, c)
+	now := time.Now()
+	old, _ := sim.SignWebhook(simWebhookSecret, "msg_1", now.Add(-time.Hour), body)
+	send := func(h http.Header, b []byte) response {
+		return e.do("POST", "/v1/webhooks/sim", b, "webhook-id", h.Get("webhook-id"),
+			"webhook-timestamp", h.Get("webhook-timestamp"), "webhook-signature", h.Get("webhook-signature"))
+	}
+	replayed := old.Clone() // an old delivery, its timestamp made fresh
+	replayed.Set("webhook-timestamp", fmt.Sprint(now.Unix()))
+	oversize := append(append([]byte{}, body[:len(body)-1]...), []byte(`,"pad":"`+strings.Repeat("x", 300<<10)+`"}`)...)
+	for _, tc := range []struct {
+		name   string
+		r      response
+		status int
+	}{
+		{"wrong secret", e.webhook("msg_1", now, sim.NewWebhookSecret(), body), 400},
+		{"stale timestamp", send(old, body), 400},
+		{"old body, fresh timestamp", send(replayed, body), 400},
+		{"no signature", e.do("POST", "/v1/webhooks/sim", body, "webhook-id", "msg_1", "webhook-timestamp", fmt.Sprint(now.Unix())), 400},
+		{"body changed", func() response {
+			h, _ := sim.SignWebhook(simWebhookSecret, "msg_1", now, body)
+			return send(h, append([]byte(" "), body...))
+		}(), 400},
+		{"oversize, even if signed", e.webhook("msg_1", now, simWebhookSecret, oversize), 413},
+		{"a provider with no secret", e.do("POST", "/v1/webhooks/stripe", body, "Stripe-Signature", "t=1,v1=00"), 404},
+	} {
+		if tc.r.Status != tc.status {
+			t.Errorf("%s: %d %s, want %d", tc.name, tc.r.Status, tc.r.Body, tc.status)
+		}
+	}
+	if evs := e.events(); len(evs) != 0 {
+		t.Errorf("inbox holds %d events, want none", len(evs))
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-refused"); got.Status != payment.InProgress {
+		t.Errorf("attempt = %s, want still in progress", got.Status)
+	}
+}
+
+// An attempt stuck after a lost response, with no reconcile running: the
+// provider's event settles it, and the client's retry replays the charge.
+func TestWebhookSettlesStuckPayment(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	a, c := e.stuck("k-stuck")
+	r := e.webhook("msg_stuck", time.Now(), simWebhookSecret, simEvent(a, c))
+	if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"processed"`) {
+		t.Fatalf("webhook = %d %s, want 200 processed", r.Status, r.Body)
+	}
+	retry := e.pay("k-stuck", visa)
+	if retry.Status != 201 || retry.Header.Get("Idempotent-Replayed") != "true" || retry.payment(t).ChargeID != c.ID {
+		t.Fatalf("retry = %d %s, want a 201 replay of charge %s", retry.Status, retry.Body, c.ID)
+	}
+	again := e.webhook("msg_stuck", time.Now(), simWebhookSecret, simEvent(a, c))
+	if again.Status != 200 || !strings.Contains(string(again.Body), `"duplicate":true`) {
+		t.Fatalf("redelivery = %d %s, want a 200 duplicate", again.Status, again.Body)
+	}
+	if n := len(e.ledger()[payment.DownstreamKey("demo", "k-stuck")]); n != 1 {
+		t.Errorf("ledger holds %d charges, want 1", n)
+	}
+}
+
+// The same signed delivery 100 times at once over HTTP: applied once, and
+// every answer is 200 or a 503 the sender redelivers.
+func TestWebhookConcurrentDuplicates(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	a, c := e.stuck("k-dup")
+	body := simEvent(a, c)
+	h, _ := sim.SignWebhook(simWebhookSecret, "msg_dup", time.Now(), body)
+	const copies = 100
+	statuses := make(chan int, copies)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range copies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r := e.do("POST", "/v1/webhooks/sim", body, "webhook-id", h.Get("webhook-id"),
+				"webhook-timestamp", h.Get("webhook-timestamp"), "webhook-signature", h.Get("webhook-signature"))
+			if r.Status == 503 && r.Header.Get("Retry-After") == "" {
+				t.Errorf("503 without Retry-After: %s", r.Body)
+			}
+			statuses <- r.Status
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for s := range statuses {
+		count[s]++
+	}
+	t.Logf("%d concurrent deliveries over HTTP: %v (status: count)", copies, count)
+	if count[200]+count[503] != copies || count[200] == 0 {
+		t.Errorf("statuses = %v, want only 200 and 503, at least one 200", count)
+	}
+	evs := e.events()
+	if len(evs) != 1 || evs[0].State != payment.EventProcessed || evs[0].Attempts != 1 {
+		t.Fatalf("inbox = %+v, want one event processed in one try", evs)
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-dup"); got.Status != payment.Succeeded || got.ChargeID != c.ID {
+		t.Errorf("attempt = %s %q, want succeeded with %s", got.Status, got.ChargeID, c.ID)
+	}
+}
+
+// The simulated provider's own webhooks under load, with lost responses,
+// declines, duplicates, reordering and delay, and no client retry and no
+// reconcile: the events alone bring every attempt to the ledger's answer.
+func TestSimWebhooksUnderFaultsMatchLedger(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	if err := e.Sim.SetWebhook(sim.WebhookConfig{URL: e.Server.URL + "/v1/webhooks/sim", Secret: simWebhookSecret, FirstRetry: 20 * time.Millisecond, MaxRetryWait: 200 * time.Millisecond, MaxAttempts: 30}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Sim.SetFaults(sim.Faults{FailAfterCharge: 0.3, WebhookDuplicate: 0.5, WebhookReorder: 0.3, WebhookDelay: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	const payments, workers = 200, 16
+	keys := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range keys {
+				token := "tok_visa"
+				if i%5 == 0 {
+					token = "tok_chargeDeclined"
+				}
+				e.pay(fmt.Sprintf("load-%d", i), fmt.Sprintf(`{"amount":%d,"currency":"EUR","source":%q}`, 100+i, token))
+			}
+		}()
+	}
+	for i := range payments {
+		keys <- i
+	}
+	close(keys)
+	wg.Wait()
+
+	ctx := context.Background()
+	// Wait for the sim's deliveries to end: every attempt settled and every
+	// event final (a late copy may still be at work when the last attempt
+	// settles).
+	var pending, open int
+	for range 300 {
+		pending, open = e.counts()[payment.InProgress], 0
+		for _, ev := range e.events() {
+			if !ev.State.Final() {
+				open++
+			}
+		}
+		if pending == 0 && open == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if pending != 0 || open != 0 {
+		t.Fatalf("%d attempts in progress, %d events not final after 15s of deliveries", pending, open)
+	}
+	ledger := e.ledger()
+	for i := range payments {
+		key := fmt.Sprintf("load-%d", i)
+		a, err := e.DB.Attempt(ctx, "demo", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		charges := ledger[payment.DownstreamKey("demo", key)]
+		switch {
+		case i%5 == 0 && (a.Status != payment.Failed || len(charges) != 0):
+			t.Errorf("%s: %s with %d charges, want failed (declined) with none", key, a.Status, len(charges))
+		case i%5 != 0 && (a.Status != payment.Succeeded || len(charges) != 1 || a.ChargeID != charges[0].ID):
+			t.Errorf("%s: %s %q with %d charges, want succeeded with the ledger's one", key, a.Status, a.ChargeID, len(charges))
+		}
+	}
+	states := map[payment.EventState]int{}
+	for _, ev := range e.events() {
+		states[ev.State]++
+	}
+	_, gaveUp := e.Sim.WebhookStats()
+	t.Logf("inbox after %d payments: %v; sim gave up on %d events", payments, states, gaveUp)
+	if states[payment.EventFailedState]+states[payment.EventProcessing]+states[payment.EventReceived] != 0 {
+		t.Errorf("inbox states = %v, want every event final", states)
+	}
+}
+
+// webhookResponses are one real answer of each kind the webhook endpoint gives.
+type webhookResponses struct {
+	processed, invalid, tooLarge, unknown, busy, failed response
+}
+
+func webhookAnswers(t *testing.T, e *env, scope string) webhookResponses {
+	t.Helper()
+	ctx := context.Background()
+	lost := func(key string) (*payment.Attempt, payment.Charge) {
+		e.Sim.SetFaults(sim.Faults{FailAfterCharge: 1})
+		defer e.Sim.SetFaults(sim.Faults{})
+		a := payment.Request{Amount: 700, Currency: "EUR", Source: "tok_visa"}
+		if _, err := e.Service.Pay(ctx, scope, key, a); payment.ErrorCode(err) != payment.EOUTCOMEUNKNOWN {
+			t.Fatalf("Pay = %v, want outcome unknown", err)
+		}
+		at, _ := e.DB.Attempt(ctx, scope, key)
+		return at, e.ledger()[payment.DownstreamKey(scope, key)][0]
+	}
+	var w webhookResponses
+	now := time.Now()
+	a, c := lost("spec-webhook")
+	w.processed = e.webhook("msg_spec_ok", now, simWebhookSecret, simEvent(a, c))
+	w.invalid = e.webhook("msg_spec_bad", now, sim.NewWebhookSecret(), simEvent(a, c))
+	w.tooLarge = e.webhook("msg_spec_big", now, simWebhookSecret, []byte(`{"pad":"`+strings.Repeat("x", 300<<10)+`"}`))
+	w.unknown = e.do("POST", "/v1/webhooks/stripe", []byte(`{}`))
+
+	// Another copy holds the event under a live lease.
+	held := payment.InboxEvent{Event: payment.Event{Provider: "sim", ID: "msg_spec_busy", Type: "charge.succeeded"},
+		State: payment.EventReceived, ReceivedAt: now, UpdatedAt: now}
+	if ok, err := e.DB.ReceiveEvent(ctx, &held); !ok || err != nil {
+		t.Fatalf("ReceiveEvent = %v, %v", ok, err)
+	}
+	if _, ok, err := e.DB.BeginEvent(ctx, "sim", held.ID, 0, now, now.Add(time.Hour)); !ok || err != nil {
+		t.Fatalf("BeginEvent = %v, %v", ok, err)
+	}
+	w.busy = e.webhook(held.ID, now, simWebhookSecret, simEvent(a, c))
+
+	// A live request holds the payment the event is about.
+	b, bc := lost("spec-webhook-held")
+	if _, ok, err := e.DB.TakeOver(ctx, scope, "spec-webhook-held", b.Fence, now, now.Add(time.Hour)); !ok || err != nil {
+		t.Fatalf("TakeOver = %v, %v", ok, err)
+	}
+	w.failed = e.webhook("msg_spec_held", now, simWebhookSecret, simEvent(b, bc))
+	return w
+}

@@ -1,0 +1,46 @@
+package sqlitestore
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+// Answer reads the same fields Attempt does, in progress and final.
+func TestAnswerMatchesAttempt(t *testing.T) {
+	ctx := context.Background()
+	db := MustOpen(t, Options{})
+	if _, err := db.Answer(ctx, "s", "k"); payment.ErrorCode(err) != payment.ENOTFOUND {
+		t.Fatalf("Answer of no attempt: %v, want %s", err, payment.ENOTFOUND)
+	}
+	a := newAttempt("k", t0, time.Minute)
+	if ok, err := db.Claim(ctx, a); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	check := func(when string) {
+		t.Helper()
+		full, err := db.Attempt(ctx, "s", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.Answer(ctx, "s", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := payment.Answer{RequestHash: full.RequestHash, Status: full.Status, LeaseExpiresAt: full.LeaseExpiresAt,
+			ResponseStatus: full.ResponseStatus, ResponseBody: full.ResponseBody}
+		if !bytes.Equal(got.RequestHash, want.RequestHash) || got.Status != want.Status || !got.LeaseExpiresAt.Equal(want.LeaseExpiresAt) ||
+			got.ResponseStatus != want.ResponseStatus || !bytes.Equal(got.ResponseBody, want.ResponseBody) {
+			t.Errorf("%s: Answer = %+v, want %+v", when, *got, want)
+		}
+	}
+	check("in progress")
+	o := payment.SucceededOutcome(*a, payment.Charge{ID: "ch_1"})
+	if ok, err := db.Record(ctx, "s", "k", a.Fence, o, t0); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	check("succeeded")
+}

@@ -1,0 +1,211 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+// refuseExpiredKey fails the claim of a key whose record was purged while
+// the payment or refund it made is still kept: the late retry of an old
+// intent, which must never move money a second time, even at a provider
+// that has forgotten the key too.
+func refuseExpiredKey(ctx context.Context, tx *sql.Tx, a *payment.Attempt) error {
+	var kind, id, paymentID string
+	err := tx.QueryRowContext(ctx, `SELECT 'payment', id, id FROM payments WHERE scope = ? AND key_hash = ?
+		UNION ALL SELECT 'refund', id, payment_id FROM refunds WHERE scope = ? AND key_hash = ?
+		LIMIT 1`, a.Scope, payment.KeyHash(a.Key), a.Scope, payment.KeyHash(a.Key)).Scan(&kind, &id, &paymentID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return payment.ExpiredKey(a, kind, id, paymentID)
+}
+
+func createPayment(ctx context.Context, tx *sql.Tx, a *payment.Attempt) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO payments
+		(id, scope, key_hash, amount, currency, status, details, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		a.ID, a.Scope, payment.KeyHash(a.Key), a.Amount, a.Currency, a.Status, a.Details, ms(a.CreatedAt), ms(a.UpdatedAt))
+	return err
+}
+
+// createRefund reserves a's amount on its payment with one guarded UPDATE
+// (check and reservation in one statement), so two refunds that together
+// exceed the payment cannot both be reserved, then records the refund. An
+// amount of 0 asks for all that is left, read first in this same write
+// transaction. A refusal returns its error and the caller's savepoint
+// undoes the claim: nothing is reserved and the key stays free.
+func createRefund(ctx context.Context, tx *sql.Tx, a *payment.Attempt) error {
+	if a.Amount == 0 {
+		err := tx.QueryRowContext(ctx, `SELECT amount - amount_refunded - amount_reserved FROM payments
+			WHERE id = ? AND scope = ?`, a.PaymentID, a.Scope).Scan(&a.Amount)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+	}
+	err := tx.QueryRowContext(ctx, `UPDATE payments
+		SET amount_reserved = amount_reserved + ?1, updated_at = ?2
+		WHERE id = ?3 AND scope = ?4 AND status = 'succeeded' AND ?1 > 0
+		  AND amount - amount_refunded - amount_reserved >= ?1
+		RETURNING currency`, a.Amount, ms(a.CreatedAt), a.PaymentID, a.Scope).Scan(&a.Currency)
+	if errors.Is(err, sql.ErrNoRows) {
+		return refundRefusal(ctx, tx, a)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE payment_attempts SET amount = ?, currency = ?
+		WHERE scope = ? AND idempotency_key = ?`, a.Amount, a.Currency, a.Scope, a.Key); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO refunds
+		(id, scope, payment_id, key_hash, amount, currency, status, details, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		a.ID, a.Scope, a.PaymentID, payment.KeyHash(a.Key), a.Amount, a.Currency, a.Status, a.Details,
+		ms(a.CreatedAt), ms(a.UpdatedAt))
+	return err
+}
+
+// refundRefusal says why the reservation of a refused: read after the
+// guarded UPDATE matched nothing, only to word the answer.
+func refundRefusal(ctx context.Context, tx *sql.Tx, a *payment.Attempt) error {
+	var p payment.Payment
+	err := tx.QueryRowContext(ctx, `SELECT status, amount, amount_refunded, amount_reserved FROM payments
+		WHERE id = ? AND scope = ?`, a.PaymentID, a.Scope).Scan(&p.Status, &p.Amount, &p.AmountRefunded, &p.AmountReserved)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payment.RefundRefused(a, nil)
+	}
+	if err != nil {
+		return err
+	}
+	return payment.RefundRefused(a, &p)
+}
+
+// settlePayment copies a payment's final outcome to its payment row.
+func settlePayment(ctx context.Context, tx *sql.Tx, id string, o payment.Outcome, now time.Time) error {
+	_, err := tx.ExecContext(ctx, `UPDATE payments SET status = ?, charge_id = ?, failure_code = ?, updated_at = ?
+		WHERE id = ?`, o.Status, nullString(o.ChargeID), nullString(o.FailureCode), ms(now), id)
+	return err
+}
+
+// settleRefund copies a refund's final outcome to its row and turns its
+// reservation into refunded money, or gives it back.
+func settleRefund(ctx context.Context, tx *sql.Tx, id, paymentID string, amount int64, o payment.Outcome, now time.Time) error {
+	if _, err := tx.ExecContext(ctx, `UPDATE refunds SET status = ?, provider_refund_id = ?, failure_code = ?, updated_at = ?
+		WHERE id = ?`, o.Status, nullString(o.ChargeID), nullString(o.FailureCode), ms(now), id); err != nil {
+		return err
+	}
+	refunded := int64(0)
+	if o.Status == payment.Succeeded {
+		refunded = amount
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE payments
+		SET amount_reserved = amount_reserved - ?, amount_refunded = amount_refunded + ?, updated_at = ?
+		WHERE id = ?`, amount, refunded, ms(now), paymentID)
+	return err
+}
+
+const paymentColumns = `p.id, p.scope, coalesce(a.idempotency_key, ''), p.key_hash, p.amount, p.currency, p.status,
+	p.charge_id, p.failure_code, p.amount_refunded, p.amount_reserved, p.details, p.created_at, p.updated_at`
+
+// Payment returns the payment id within scope, with its key while the key's
+// record is kept.
+func (db *DB) Payment(ctx context.Context, scope, id string) (*payment.Payment, error) {
+	p, err := scanPayment(db.r.QueryRowContext(ctx, `SELECT `+paymentColumns+`
+		FROM payments p LEFT JOIN payment_attempts a ON a.id = p.id
+		WHERE p.id = ? AND p.scope = ?`, id, scope))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, payment.Errorf(payment.ENOTFOUND, "No such payment.")
+	}
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return p, nil
+}
+
+func scanPayment(row scanner) (*payment.Payment, error) {
+	var (
+		p                 payment.Payment
+		chargeID, failure sql.NullString
+		created, updated  int64
+	)
+	err := row.Scan(&p.ID, &p.Scope, &p.Key, &p.KeyHash, &p.Amount, &p.Currency,
+		&p.Status, &chargeID, &failure, &p.AmountRefunded, &p.AmountReserved, &p.Details, &created, &updated)
+	if err != nil {
+		return nil, err
+	}
+	p.ChargeID, p.FailureCode = chargeID.String, failure.String
+	p.CreatedAt, p.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
+	return &p, nil
+}
+
+const refundColumns = `r.id, r.scope, r.payment_id, coalesce(a.idempotency_key, ''),
+	r.amount, r.currency, r.status, r.provider_refund_id, r.failure_code, r.details, r.created_at, r.updated_at`
+
+// Refunds returns the refunds of payment paymentID within scope, oldest
+// first.
+func (db *DB) Refunds(ctx context.Context, scope, paymentID string) ([]payment.Refund, error) {
+	return queryAll(ctx, db.r, scanRefund, `SELECT `+refundColumns+`
+		FROM refunds r LEFT JOIN payment_attempts a ON a.id = r.id
+		WHERE r.payment_id = ? AND r.scope = ? ORDER BY r.created_at, r.id`, paymentID, scope)
+}
+
+func scanRefund(row scanner) (*payment.Refund, error) {
+	var r payment.Refund
+	return &r, scanRefundInto(row, &r)
+}
+
+// scanRefundInto scans refundColumns into r, then extra columns into extra.
+func scanRefundInto(row scanner, r *payment.Refund, extra ...any) error {
+	var (
+		provider, failure sql.NullString
+		created, updated  int64
+	)
+	err := row.Scan(append([]any{&r.ID, &r.Scope, &r.PaymentID, &r.Key, &r.Amount, &r.Currency, &r.Status,
+		&provider, &failure, &r.Details, &created, &updated}, extra...)...)
+	if err != nil {
+		return err
+	}
+	r.ProviderRefundID, r.FailureCode = provider.String, failure.String
+	r.CreatedAt, r.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
+	return nil
+}
+
+// PurgePayments deletes up to limit final payments last updated before
+// before, with their refunds, once their key's record is gone and no
+// refund of theirs is in progress.
+func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (int, error) {
+	var n int64
+	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		const victims = `SELECT p.id FROM payments p
+			WHERE p.status IN ('succeeded', 'failed') AND p.updated_at < ? AND p.amount_reserved = 0
+			  AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = p.id)
+			  AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id AND r.status = 'in_progress')
+			LIMIT ?`
+		if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS purged_payments (id TEXT PRIMARY KEY)`); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM purged_payments`); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_payments `+victims, ms(before), limit); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM refunds WHERE payment_id IN (SELECT id FROM purged_payments)`); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM payments WHERE id IN (SELECT id FROM purged_payments)`)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
