@@ -42,18 +42,14 @@ func NewReconciler(r Reconciler) (*Reconciler, error) {
 	if r.Service == nil {
 		return nil, errors.New("payment: reconciler: no Service")
 	}
-	if r.StaleAfter == 0 {
-		r.StaleAfter = DefaultStaleAfter
-	}
-	if r.Limit == 0 {
-		r.Limit = DefaultReconcileLimit
-	}
 	if r.StaleAfter < 0 {
 		return nil, fmt.Errorf("payment: reconciler: StaleAfter %s is negative", r.StaleAfter)
 	}
 	if r.Limit < 0 {
 		return nil, fmt.Errorf("payment: reconciler: Limit %d is negative", r.Limit)
 	}
+	r.StaleAfter = cmp.Or(r.StaleAfter, DefaultStaleAfter)
+	r.Limit = cmp.Or(r.Limit, DefaultReconcileLimit)
 	return &r, nil
 }
 
@@ -180,15 +176,6 @@ func NewPurger(p Purger) (*Purger, error) {
 	if p.Store == nil {
 		return nil, errors.New("payment: purger: no Store")
 	}
-	if p.Now == nil {
-		p.Now = time.Now
-	}
-	if p.BatchSize == 0 {
-		p.BatchSize = DefaultPurgeBatchSize
-	}
-	if p.EventRetention == 0 {
-		p.EventRetention = DefaultEventRetention
-	}
 	if p.EventRetention < 0 {
 		return nil, fmt.Errorf("payment: purger: EventRetention %s is negative", p.EventRetention)
 	}
@@ -198,6 +185,11 @@ func NewPurger(p Purger) (*Purger, error) {
 	if p.BatchSize < 0 {
 		return nil, fmt.Errorf("payment: purger: BatchSize %d is negative", p.BatchSize)
 	}
+	if p.Now == nil {
+		p.Now = time.Now
+	}
+	p.BatchSize = cmp.Or(p.BatchSize, DefaultPurgeBatchSize)
+	p.EventRetention = cmp.Or(p.EventRetention, DefaultEventRetention)
 	return &p, nil
 }
 
@@ -234,9 +226,6 @@ func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 			p.Observe(res)
 		}
 	}()
-	if p.BatchSize <= 0 {
-		return res, fmt.Errorf("purge: BatchSize %d must be positive", p.BatchSize)
-	}
 	if p.PaymentRetention != 0 && p.PaymentRetention < p.Retention {
 		return res, fmt.Errorf("purge: the payment retention (%s) must be 0 (kept) or at least the key retention (%s)", p.PaymentRetention, p.Retention)
 	}

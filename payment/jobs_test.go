@@ -459,3 +459,77 @@ func TestJobConstructors(t *testing.T) {
 		t.Errorf("zero-Limit Reconciler.RunOnce = %+v, nil error; want an error, not a run that settles nothing", res)
 	}
 }
+
+// The jobs at the edges of their settings: a limit or a batch of one works,
+// a payment retention equal to the key retention is allowed, a hand-built
+// purger without an event retention takes the default.
+func TestJobSettingsAtTheirEdges(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	for _, key := range []string{"a", "b"} {
+		f.abandon(t, key, true)
+	}
+	f.clock.Add(10 * time.Minute)
+	r, err := payment.NewReconciler(payment.Reconciler{Service: f.Service, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.RunOnce(ctx); err != nil || res.Checked != 1 || res.Succeeded != 1 {
+		t.Errorf("reconcile with Limit 1 = %v, %v; want one settled", res, err)
+	}
+	if _, err := payment.NewReconciler(payment.Reconciler{Service: f.Service, StaleAfter: 0, Limit: 0}); err != nil {
+		t.Errorf("NewReconciler with zero settings = %v, want the defaults", err)
+	}
+
+	f.clock.Add(48 * time.Hour)
+	p := &payment.Purger{Store: f.DB, Now: f.clock.Now, Retention: time.Hour, PaymentRetention: time.Hour, BatchSize: 1}
+	res, err := p.RunOnce(ctx)
+	if err != nil || res.Deleted != 1 || res.PaymentsDeleted != 1 {
+		t.Errorf("purge by hand, batch 1, payment retention = key retention = %v, %v; want the final attempt and its payment", res, err)
+	}
+	if _, err := payment.NewPurger(payment.Purger{Store: f.DB, Retention: time.Hour, BatchSize: 0, EventRetention: 0}); err != nil {
+		t.Errorf("NewPurger with zero batch and event retention = %v, want the defaults", err)
+	}
+}
+
+// A reconcile run counts an attempt a retry took first as skipped.
+func TestReconcileCountsSkipped(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	f.abandon(t, "k", true)
+	f.clock.Add(10 * time.Minute)
+	taken := payment.Reconciler{Service: &payment.Service{Store: tookFirst{f.DB}, Provider: f.Sim, Log: f.Log, Now: f.clock.Now, ProviderTimeout: time.Second, Lease: time.Minute}}
+	r, err := payment.NewReconciler(taken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.RunOnce(ctx); err != nil || res.Checked != 1 || res.Skipped != 1 {
+		t.Errorf("reconcile losing every takeover = %v, %v; want 1 skipped", res, err)
+	}
+}
+
+// tookFirst is a store whose takeovers all lose, as to a retry that got
+// there first.
+type tookFirst struct{ payment.Store }
+
+func (tookFirst) TakeOver(context.Context, string, string, int64, time.Time, time.Time) (int64, bool, error) {
+	return 0, false, nil
+}
+
+// What a purge run says: what it deleted, the events and payments only
+// when there were some.
+func TestPurgeResultString(t *testing.T) {
+	before := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		res  payment.PurgeResult
+		want string
+	}{
+		{payment.PurgeResult{Deleted: 0, Before: before}, "purge: deleted 0 final attempts last updated before 2026-11-30T12:00:00Z"},
+		{payment.PurgeResult{Deleted: 2, EventsDeleted: 1, PaymentsDeleted: 1, Before: before},
+			"purge: deleted 2 final attempts last updated before 2026-11-30T12:00:00Z, 1 final webhook events past the event retention, and 1 payments past the payment retention"},
+	} {
+		if got := tt.res.String(); got != tt.want {
+			t.Errorf("String() = %q, want %q", got, tt.want)
+		}
+	}
+}

@@ -31,7 +31,11 @@ type Provider interface {
 
 	// LookupRefund asks whether a refund exists for req.IdempotencyKey.
 	// found is false when the provider has definitely not refunded under
-	// this key; an error means the answer is not known.
+	// this key and holds nothing under it; a *DeclineError means it holds a
+	// refund under the key that gave nothing back (failed, canceled), a
+	// definitive answer: asking it to refund again under that key would
+	// only replay its first answer. Any other error means the answer is
+	// not known.
 	LookupRefund(ctx context.Context, req RefundLookup) (r ProviderRefund, found bool, err error)
 }
 

@@ -172,6 +172,9 @@ func (r refunds) find(ctx context.Context, a Attempt) (Outcome, bool, error) {
 		IdempotencyKey: RefundDownstreamKey(a.Scope, a.Key), ChargeID: chargeID, CreatedAt: a.CreatedAt,
 	})
 	r.s.observe("refund_lookup", callResult(found, err), start)
+	if d, declined := IsDecline(err); declined { // it holds a refund that gave nothing back
+		return refundDeclinedOutcome(a, d), true, nil
+	}
 	if err != nil || !found {
 		return Outcome{}, false, err
 	}

@@ -387,6 +387,19 @@ func (f *Fake) listRefunds(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "url": "/v1/refunds", "has_more": more, "data": all})
 }
 
+// SetRefundStatus changes the status of the refund made under the
+// downstream key key, as Stripe does when a card refund fails after it was
+// made. The answer saved for the key keeps the status it was made with.
+func (f *Fake) SetRefundStatus(key, status string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.refunds {
+		if r.Metadata["oncepay_key"] == key {
+			r.Status = status
+		}
+	}
+}
+
 // Refunded returns the total refunded of each PaymentIntent.
 func (f *Fake) Refunded() map[string]int64 {
 	f.mu.Lock()

@@ -165,7 +165,48 @@ func TestRefundDeclined(t *testing.T) {
 	if d, declined := payment.IsDecline(err); !declined || d.Code != "expired_or_canceled_card" {
 		t.Errorf("Refund that came back failed = %v, want an expired_or_canceled_card decline", err)
 	}
-	if _, ok, err := c.LookupRefund(ctx, payment.RefundLookup{IdempotencyKey: "oncepay_re_failed", ChargeID: pi}); ok || err != nil {
-		t.Errorf("LookupRefund of a failed refund = %v %v, want not found: nothing was given back", ok, err)
+	_, ok, err := c.LookupRefund(ctx, payment.RefundLookup{IdempotencyKey: "oncepay_re_failed", ChargeID: pi})
+	if d, declined := payment.IsDecline(err); ok || !declined || d.Code != "expired_or_canceled_card" {
+		t.Errorf("LookupRefund of a failed refund = %v %v, want the decline: it holds a refund that gave nothing back", ok, err)
+	}
+}
+
+// A refund whose answer was lost, and which Stripe then failed, is what the
+// retry's lookup finds: a stored refund-declined, the reservation given
+// back, and no create sent again (Stripe would replay the "succeeded" it
+// saved when the refund was made).
+func TestFailedRefundFoundByTheRetryIsDeclined(t *testing.T) {
+	fake := fakestripe.New(t, testKey)
+	var lose atomic.Bool
+	lose.Store(true)
+	fake.SetFaults(fakestripe.Faults{DropAfter: func(key string) bool {
+		return strings.HasPrefix(key, "oncepay_re_") && lose.Load()
+	}})
+	svc, db := oncepay(t, newClient(t, fake.URL, 0), newClock().Now)
+	ctx := context.Background()
+	res, err := svc.Pay(ctx, "merchant", "order-1", request(1000, "pm_card_visa"))
+	if err != nil || res.Status != 201 {
+		t.Fatalf("Pay = %d %s, %v", res.Status, res.Body, err)
+	}
+	var p struct{ ID string }
+	json.Unmarshal(res.Body, &p)
+	req, err := payment.ParseRefundRequest(p.ID, []byte(`{"amount":400}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Refund(ctx, "merchant", "refund-1", req); payment.ErrorCode(err) != payment.EOUTCOMEUNKNOWN {
+		t.Fatalf("Refund with its answer lost = %v, want outcome unknown", err)
+	}
+	fake.SetRefundStatus(payment.RefundDownstreamKey("merchant", "refund-1"), "failed")
+	lose.Store(false)
+	res, err = svc.Refund(ctx, "merchant", "refund-1", req)
+	var prob payment.Problem
+	json.Unmarshal(res.Body, &prob)
+	if err != nil || res.Status != 402 || prob.Type != payment.ProblemRefundDeclined {
+		t.Errorf("the retry = %d %s, %v; want the stored 402 refund-declined", res.Status, res.Body, err)
+	}
+	pay, err := db.Payment(ctx, "merchant", p.ID)
+	if err != nil || pay.AmountRefunded != 0 || pay.AmountReserved != 0 {
+		t.Errorf("payment = %+v, %v; want nothing refunded and nothing reserved", pay, err)
 	}
 }

@@ -301,10 +301,10 @@ func (c *Client) LookupRefund(ctx context.Context, req payment.RefundLookup) (pa
 	default:
 		return payment.ProviderRefund{}, false, fmt.Errorf("stripe: refund lookup: %d refunds carry this key; not answering", len(found))
 	}
+	// A refund that failed or was canceled is a *DeclineError: it gave
+	// nothing back, and a create under its key would only replay the answer
+	// Stripe saved when it was made.
 	r, err := refundResult(found[0], req.IdempotencyKey, req.ChargeID)
-	if _, declined := payment.IsDecline(err); declined {
-		return payment.ProviderRefund{}, false, nil // it gave nothing back
-	}
 	return r, err == nil, err
 }
 

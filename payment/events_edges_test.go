@@ -1,0 +1,140 @@
+package payment_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+// An inbox without a lease would let two processors apply one event.
+func TestNewInboxRefusesNoLease(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Errorf("NewInbox with a zero lease did not refuse")
+		}
+	}()
+	f := newFixture(t)
+	payment.NewInbox(f.DB, f.DB, f.Log, f.clock.Now, 0)
+}
+
+// The sweep leaves an event received a moment ago to the delivery that is
+// applying it; once a lease has passed with the event never begun, the
+// sweep takes it, and counts it.
+func TestSweepWaitsALease(t *testing.T) {
+	ctx := context.Background()
+	f := newInboxFixture(t)
+	a, c := f.lostResponse(t, "k-swept")
+	now := f.clock.Now()
+	e := payment.InboxEvent{Event: succeededEvent("evt_swept", a, c), State: payment.EventReceived, ReceivedAt: now, UpdatedAt: now}
+	if ok, err := f.DB.ReceiveEvent(ctx, &e); !ok || err != nil {
+		t.Fatalf("ReceiveEvent = %v, %v", ok, err)
+	}
+	f.clock.Add(29 * time.Second)
+	if res, err := f.inbox.Sweep(ctx); err != nil || res.Found != 0 {
+		t.Fatalf("Sweep within the lease = %v, %v; want nothing found", res, err)
+	}
+	f.clock.Add(2 * time.Second)
+	if res, err := f.inbox.Sweep(ctx); err != nil || res.Found != 1 || res.Processed != 1 {
+		t.Fatalf("Sweep after the lease = %v, %v; want 1 found, 1 settled", res, err)
+	}
+}
+
+// A failed event agreeing with a failed attempt is processed; events that
+// disagree with a final attempt are ignored and logged, as an error when
+// money moved that the client was told did not.
+func TestEventsAgainstFinalAttempts(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	var logs bytes.Buffer
+	inbox := payment.NewInbox(f.DB, f.DB, slog.New(slog.NewJSONHandler(&logs, nil)), f.clock.Now, 30*time.Second)
+	if r, err := f.Service.Pay(ctx, "demo", "k-declined", payment.Request{Amount: 500, Currency: "EUR", Source: "tok_chargeDeclined"}); err != nil || r.Status != 402 {
+		t.Fatalf("Pay = %d, %v; want 402", r.Status, err)
+	}
+	a, _ := f.DB.Attempt(ctx, "demo", "k-declined")
+	failed := payment.Event{Provider: "sim", ID: "evt_failed", Type: "charge.failed", Kind: payment.EventFailed,
+		PaymentID: a.ID, DownstreamKey: payment.DownstreamKey("demo", "k-declined"), DeclineCode: "card_declined"}
+	if d, err := inbox.Deliver(ctx, failed); err != nil || d.State != payment.EventProcessed {
+		t.Errorf("a failure agreeing with the declined attempt = %+v, %v; want processed", d, err)
+	}
+	succeeded := succeededEvent("evt_succeeded", a, payment.Charge{ID: "ch_surprise", Amount: a.Amount, Currency: a.Currency})
+	if d, err := inbox.Deliver(ctx, succeeded); err != nil || d.State != payment.EventIgnored {
+		t.Errorf("a success after a decline = %+v, %v; want ignored", d, err)
+	}
+	if !strings.Contains(logs.String(), `"level":"ERROR","msg":"event disagrees with a final attempt; not applied"`) {
+		t.Errorf("a success after a decline was not logged as an error: %s", logs.String())
+	}
+	if got, _ := f.DB.Attempt(ctx, "demo", "k-declined"); got.Status != payment.Failed || got.ChargeID != "" {
+		t.Errorf("attempt = %s %q, want still failed with no charge", got.Status, got.ChargeID)
+	}
+}
+
+// lostTakeOver is a store whose takeovers all lose to a request that settles
+// the attempt first.
+type lostTakeOver struct {
+	payment.Store
+	settle func()
+}
+
+func (l lostTakeOver) TakeOver(ctx context.Context, scope, key string, fence int64, now, leaseUntil time.Time) (int64, bool, error) {
+	l.settle()
+	return 0, false, nil
+}
+
+// An event that loses the attempt to a request reads what the request
+// recorded and ends processed, having written nothing.
+func TestEventLosesTheAttemptToARequest(t *testing.T) {
+	ctx := context.Background()
+	f := newInboxFixture(t)
+	a, c := f.lostResponse(t, "k-lost")
+	settle := func() {
+		if r, err := f.Service.Pay(ctx, "demo", "k-lost", visa); err != nil || r.Status != 201 {
+			t.Errorf("the request's retry = %d, %v", r.Status, err)
+		}
+	}
+	inbox := payment.NewInbox(f.DB, lostTakeOver{Store: f.DB, settle: settle}, f.Log, f.clock.Now, 30*time.Second)
+	d, err := inbox.Deliver(ctx, succeededEvent("evt_lost", a, c))
+	if err != nil || d.State != payment.EventProcessed {
+		t.Fatalf("Deliver = %+v, %v; want processed (already succeeded)", d, err)
+	}
+	if e, _ := f.DB.InboxEvent(ctx, "sim", "evt_lost"); !strings.HasPrefix(e.Result, "already") {
+		t.Errorf("event result = %q, want already succeeded", e.Result)
+	}
+}
+
+// brokenLookup is an event store whose attempt lookup fails inside.
+type brokenLookup struct{ payment.EventStore }
+
+func (brokenLookup) AttemptByPaymentID(context.Context, string) (*payment.ListedAttempt, error) {
+	return nil, errors.New("disk on fire")
+}
+
+// An internal failure leaves the event failed, to be tried again, with the
+// cause on the operator's page.
+func TestEventInternalFailureShowsItsCause(t *testing.T) {
+	ctx := context.Background()
+	f := newInboxFixture(t)
+	a, c := f.lostResponse(t, "k-broken")
+	inbox := payment.NewInbox(brokenLookup{f.DB}, f.DB, f.Log, f.clock.Now, 30*time.Second)
+	if d, err := inbox.Deliver(ctx, succeededEvent("evt_broken", a, c)); err != nil || d.State != payment.EventFailedState {
+		t.Fatalf("Deliver = %+v, %v; want failed", d, err)
+	}
+	if e, _ := f.DB.InboxEvent(ctx, "sim", "evt_broken"); !strings.Contains(e.LastError, "disk on fire") {
+		t.Errorf("last error = %q, want the cause", e.LastError)
+	}
+}
+
+// An error's text carries its cause, for logs; without one, code and message.
+func TestErrorText(t *testing.T) {
+	if got, want := (&payment.Error{Code: payment.EINTERNAL, Message: "record", Err: errors.New("disk on fire")}).Error(), "internal: record: disk on fire"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if got, want := payment.Errorf(payment.EINVALID, "amount must be positive.").Error(), "invalid: amount must be positive."; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+}
