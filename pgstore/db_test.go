@@ -36,9 +36,10 @@ func mustOpen(tb testing.TB, maxConns int) (*DB, string) {
 	return db, url
 }
 
-// The store contract, as every store keeps it. Writes are held by a table
-// lock another connection takes, which every INSERT and UPDATE of attempts
-// waits for; the pool has a connection for each racer.
+// The store contract, as every store keeps it. Writes are held by table
+// locks another connection takes, which every INSERT and UPDATE of
+// attempts, payments, refunds and events waits for; the pool has a
+// connection for each racer.
 func TestContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		db, url := mustOpen(t, storetest.Races+8)
@@ -61,7 +62,7 @@ func holdWrites(t *testing.T, url string) (release func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `LOCK TABLE payment_attempts IN SHARE MODE`); err != nil {
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+heldTables+` IN SHARE MODE`); err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
@@ -75,14 +76,17 @@ func holdWrites(t *testing.T, url string) (release func()) {
 	return release
 }
 
-// waitBlocked waits until n statements wait for a lock on attempts.
+// heldTables are the tables holdWrites locks.
+const heldTables = `payment_attempts, payments, refunds, webhook_events`
+
+// waitBlocked waits until n statements wait for a lock on a held table.
 func waitBlocked(t *testing.T, db *DB, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var waiting int
 		err := db.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
-			WHERE relation = 'payment_attempts'::regclass AND NOT granted`).Scan(&waiting)
+			WHERE relation = ANY (string_to_array($1, ', ')::regclass[]) AND NOT granted`, heldTables).Scan(&waiting)
 		if err != nil {
 			t.Fatal(err)
 		}

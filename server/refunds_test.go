@@ -100,60 +100,64 @@ const demoScope = "demo"
 // the provider, the others are refused before it, and the refunded total
 // never exceeds the charge, in oncepay and at the provider. With lost
 // responses and failures, clients retry and reconcile settles the rest:
-// the provider's total is oncepay's.
+// the provider's total is oncepay's. On each store.
 func TestRefundRaceManyKeys(t *testing.T) {
-	for _, tt := range []struct {
-		name   string
-		faults sim.Faults
-	}{
-		{"healthy", sim.Faults{NoDedupe: true}},
-		{"lost responses", sim.Faults{FailBeforeCharge: 0.1, FailAfterCharge: 0.4}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, envOptions{})
-			id := e.paid("order-1")
-			if err := e.Sim.SetFaults(tt.faults); err != nil {
-				t.Fatal(err)
-			}
-			const keys = 50
-			results := make(chan response, keys)
-			var wg sync.WaitGroup
-			for k := range keys {
-				wg.Go(func() { results <- e.refundUntilFinal(id, fmt.Sprintf("refund-%d", k), `{"amount":300}`) })
-			}
-			wg.Wait()
-			close(results)
-			var created int
-			for r := range results {
-				switch {
-				case r.Status == 201:
-					created++
-				case r.Status == 409 && r.problemType() == payment.ProblemRefundExceeds:
-				default:
-					t.Errorf("refund = %d %s, want 201 or 409 %s", r.Status, r.Body, payment.ProblemRefundExceeds)
-				}
-			}
-			e.Sim.SetFaults(sim.Faults{})
-			total, byKey := e.providerRefunds()
-			var called int
-			for _, c := range e.Sim.Calls() {
-				if c.Refunds > 0 {
-					called++
-				}
-			}
-			if created > 3 || called > 3 || total > 1000 {
-				t.Errorf("%d refunds created, %d keys reached the provider, %d refunded; want at most 3, 3, 1000", created, called, total)
-			}
-			for k, n := range byKey {
-				if n != 1 {
-					t.Errorf("provider refunds under %s = %d, want 1", k, n)
-				}
-			}
-			v := e.do("GET", "/v1/payments/"+id, nil).payment(t)
-			if v.AmountRefunded != total || v.AmountRefunded != int64(created)*300 {
-				t.Errorf("oncepay refunded %d (%d created), provider %d; want equal", v.AmountRefunded, created, total)
-			}
-		})
+	for _, st := range stores {
+		for _, tt := range []struct {
+			name   string
+			faults sim.Faults
+		}{
+			{"healthy", sim.Faults{NoDedupe: true}},
+			{"lost responses", sim.Faults{FailBeforeCharge: 0.1, FailAfterCharge: 0.4}},
+		} {
+			t.Run(st.name+"/"+tt.name, func(t *testing.T) { refundRace(t, envOptions{postgres: st.postgres}, tt.faults) })
+		}
+	}
+}
+
+func refundRace(t *testing.T, o envOptions, faults sim.Faults) {
+	e := newEnv(t, o)
+	id := e.paid("order-1")
+	if err := e.Sim.SetFaults(faults); err != nil {
+		t.Fatal(err)
+	}
+	const keys = 50
+	results := make(chan response, keys)
+	var wg sync.WaitGroup
+	for k := range keys {
+		wg.Go(func() { results <- e.refundUntilFinal(id, fmt.Sprintf("refund-%d", k), `{"amount":300}`) })
+	}
+	wg.Wait()
+	close(results)
+	var created int
+	for r := range results {
+		switch {
+		case r.Status == 201:
+			created++
+		case r.Status == 409 && r.problemType() == payment.ProblemRefundExceeds:
+		default:
+			t.Errorf("refund = %d %s, want 201 or 409 %s", r.Status, r.Body, payment.ProblemRefundExceeds)
+		}
+	}
+	e.Sim.SetFaults(sim.Faults{})
+	total, byKey := e.providerRefunds()
+	var called int
+	for _, c := range e.Sim.Calls() {
+		if c.Refunds > 0 {
+			called++
+		}
+	}
+	if created > 3 || called > 3 || total > 1000 {
+		t.Errorf("%d refunds created, %d keys reached the provider, %d refunded; want at most 3, 3, 1000", created, called, total)
+	}
+	for k, n := range byKey {
+		if n != 1 {
+			t.Errorf("provider refunds under %s = %d, want 1", k, n)
+		}
+	}
+	v := e.do("GET", "/v1/payments/"+id, nil).payment(t)
+	if v.AmountRefunded != total || v.AmountRefunded != int64(created)*300 {
+		t.Errorf("oncepay refunded %d (%d created), provider %d; want equal", v.AmountRefunded, created, total)
 	}
 }
 

@@ -126,9 +126,15 @@ func TestWebhookSettlesStuckPayment(t *testing.T) {
 }
 
 // The same signed delivery 100 times at once over HTTP: applied once, and
-// every answer is 200 or a 503 the sender redelivers.
+// every answer is 200 or a 503 the sender redelivers. On each store.
 func TestWebhookConcurrentDuplicates(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) { webhookDuplicates(t, envOptions{postgres: st.postgres}) })
+	}
+}
+
+func webhookDuplicates(t *testing.T, o envOptions) {
+	e := newEnv(t, o)
 	a, c := e.stuck("k-dup")
 	body := simEvent(a, c)
 	h, _ := sim.SignWebhook(simWebhookSecret, "msg_dup", time.Now(), body)

@@ -20,8 +20,9 @@ import (
 // Harness is one fresh, empty store and the hooks the race tests need.
 type Harness struct {
 	Store payment.Database
-	// HoldWrites blocks every write to attempts until release is called;
-	// the reads a write makes before it write still happen.
+	// HoldWrites blocks every write to attempts, payments, refunds and the
+	// inbox until release is called; the reads a write makes before it
+	// write still happen.
 	HoldWrites func(t *testing.T) (release func())
 	// WaitBlocked waits until n writes are blocked by HoldWrites.
 	WaitBlocked func(t *testing.T, n int)
@@ -58,6 +59,13 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"Admin", testAdmin},
 		{"BindProvider", testBindProvider},
 		{"Cancelled", testCancelled},
+		{"RefundReservationRace", testRefundReservationRace},
+		{"RecordSettlesRefunds", testRecordSettlesRefunds},
+		{"RefundRefusals", testRefundRefusals},
+		{"PaymentsOutliveKeys", testPaymentsOutliveKeys},
+		{"Answer", testAnswer},
+		{"InboxClaimRace", testInboxClaimRace},
+		{"InboxLeasesAndPurge", testInboxLeasesAndPurge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
