@@ -47,7 +47,7 @@ var (
 // The ltl blocks of oncepay.pml.
 var (
 	safety   = []string{"one_charge", "answers_match", "no_stale_write"}
-	liveness = []string{"settles", "clients_answered"}
+	liveness = []string{"settles", "clients_answered", "reservations_freed"}
 	// witnesses each claim a state the protocol does reach is unreachable:
 	// a model that cannot pay, decline, take over or reconcile would pass
 	// every property above and prove nothing.
@@ -85,13 +85,16 @@ var (
 	twoRefundsFaults = scope{"two-refunds-faults", []string{"-DMAXCRASH=1", "-DMAXFAULTS=2"}}
 	// threeRefunds races a third refund, with one crash and one stall.
 	threeRefunds = scope{"three-refunds", []string{"-DNREFUNDS=3", "-DMAXCRASH=1", "-DMAXFAULTS=0", "-DMAXSTALL=1"}}
+	// twoRefundsLive has one of each fault: the liveness search visits
+	// several times the states it stores.
+	twoRefundsLive = scope{"two-refunds-live", small.defines}
 
 	refundSafety    = []string{"within_charge", "one_refund_per_key", "answers_match", "books_balance", "refusals_honest"}
 	refundWitnesses = []string{"reach_refunded", "reach_exceeds", "reach_declined_then_refunded",
 		"reach_takeover_refunded", "reach_reconcile_found", "reach_reconcile_not_completed"}
 	refundBadVariants = []variant{
 		{"RESERVE_READ_THEN_UPDATE", []string{"within_charge", "books_balance"}},
-		{"RECORD_KEEPS_RESERVATION", []string{"books_balance", "refusals_honest"}},
+		{"RECORD_KEEPS_RESERVATION", []string{"books_balance", "refusals_honest", "reservations_freed"}},
 		{"RECORD_NO_FENCE", []string{"within_charge", "answers_match"}},
 		{"PER_ATTEMPT_KEY", []string{"within_charge", "one_refund_per_key", "answers_match"}},
 	}
@@ -117,6 +120,7 @@ func TestModelHolds(t *testing.T) {
 		{refundsFile, twoRefunds, "safe", strings.Join(refundSafety, ", ")},
 		{refundsFile, twoRefundsFaults, "safe", strings.Join(refundSafety, ", ")},
 		{refundsFile, threeRefunds, "safe", strings.Join(refundSafety, ", ")},
+		{refundsFile, twoRefundsLive, "reservations_freed", "reservations_freed"},
 	}
 	for _, r := range runs {
 		t.Run(r.scope.name+"/"+r.prop, func(t *testing.T) {

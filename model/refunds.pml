@@ -21,6 +21,8 @@
  *
  * model_test.go checks it (go test ./model). By hand, in a scratch directory:
  *   spin -a refunds.pml && cc -O2 -DSAFETY -o pan pan.c && ./pan -m200000 -N safe
+ *   spin -a -DMAXCRASH=1 refunds.pml && cc -O2 -DNFAIR=3 -o pan pan.c &&
+ *     ./pan -a -f -m200000 -N reservations_freed   (liveness, weak fairness)
  *   spin -a -DRESERVE_READ_THEN_UPDATE refunds.pml  (then as above: a
  *     known-bad variant; spin -t -p -DRESERVE_READ_THEN_UPDATE refunds.pml
  *     replays its trail)
@@ -67,7 +69,7 @@
  * | provider-dedupe | sim.(*Sim).Refund             | WHERE idempotency_key = ? ORDER BY copy LIMIT 1                 |
  * | provider-lookup | sim.(*Sim).LookupRefund       | WHERE idempotency_key = ? ORDER BY copy LIMIT 1                 |
  *
- * Properties (the ltl blocks at the end; -N picks one; safe is all five):
+ * Properties (the ltl blocks at the end; -N picks one; safe is the first five):
  *   within_charge      the provider's refunded total never exceeds the charge.
  *   one_refund_per_key a refund key makes at most one refund at the provider.
  *   answers_match      every final answer, and every final row, names what
@@ -84,6 +86,10 @@
  *                      refund breaks it, and for ever: nothing else gives
  *                      a reservation back, so every later refund that fits
  *                      is refused too.
+ *   reservations_freed <> [] (no refund in progress and nothing reserved):
+ *                      every refund ends final and every reservation is
+ *                      given back for good, even when every client gives
+ *                      up (liveness, weak fairness).
  *   reach_*            witnesses that must fail: the model does refund,
  *                      refuse, decline and then refund another, take over,
  *                      and reconcile both ways, so the properties are not
@@ -109,7 +115,10 @@
  * provider faults (answer lost after refunding, failure before refunding, a
  * request that times out and lands or dies later, a lookup error); MAXSTALL
  * leases expiring under a live owner. The budgets are shared by all keys.
- * CHARGE and AMT are such that one refund fits and two do not.
+ * CHARGE and AMT are such that one refund fits and two do not. The
+ * defaults below are the two-refunds scope; model_test.go also checks two
+ * refunds with one crash and two faults, three refunds with one crash, no
+ * fault and one stall, and the liveness property with one of each.
  *
  * Not modelled: the payment's own charge (it is succeeded from the start),
  * a refund of "all that is left" (amount 0, read in the claim's own
@@ -517,6 +526,9 @@ ltl one_refund_per_key { [] ONE_PER_KEY }
 ltl answers_match { [] ANSWERS_MATCH }
 ltl books_balance { [] BOOKS_BALANCE }
 ltl refusals_honest { [] REFUSALS_HONEST }
+/* Liveness: every refund ends final and every reservation is given back,
+ * for good (weak fairness). */
+ltl reservations_freed { <> [] (N_IN(INPROG) == 0 && reserved == 0) }
 /* all five at once: one search for the correct model */
 ltl safe { [] (WITHIN_CHARGE && ONE_PER_KEY && ANSWERS_MATCH && BOOKS_BALANCE && REFUSALS_HONEST) }
 
