@@ -43,6 +43,8 @@
  * | reserve         | sqlitestore.createRefund      | AND amount - amount_refunded - amount_reserved >= ?1            |
  * | refuse          | sqlitestore.createRefund      | return refundRefusal(ctx, tx, a)                                |
  * | refuse          | sqlitestore.(*DB).Claim       | claimed = err == nil                                            |
+ * | refuse          | groupcommit.(*Writer).commit  | if batch[0].err = batch[0].fn(ctx, tx); batch[0].err != nil {   |
+ * | refuse          | groupcommit.savepoint         | ROLLBACK TO op                                                  |
  * | duplicate       | payment.(*Service).duplicate  | case ans.LeaseExpiresAt.After(s.Now()):                         |
  * | takeover        | payment.(*Service).duplicate  | s.Store.TakeOver(ctx, cur.Scope, cur.Key, cur.Fence             |
  * | takeover        | sqlitestore.takeOverSQL       | SET fence = fence + 1                                           |
@@ -370,7 +372,7 @@ retry:
 				holder[k] = me; win[me] = true; busy[me] = true; f = 1;
 				GAP;
 				goto call
-			:: st[k] == NONE && !(FITS) -> /* [refuse]: the transaction rolls back, no row */
+			:: st[k] == NONE && !(FITS) -> /* [refuse]: the claim's savepoint rolls back, no row */
 				refuse(k); res = EXCEEDS
 			:: else -> res = 0
 			fi
