@@ -81,8 +81,10 @@ var (
 	// twoRefunds is its defaults: two refunds of 2 on a charge of 3, two
 	// crashes, one provider fault, one stall.
 	twoRefunds = scope{"two-refunds", nil}
-	// twoRefundsFaults trades a crash for a second provider fault.
-	twoRefundsFaults = scope{"two-refunds-faults", []string{"-DMAXCRASH=1", "-DMAXFAULTS=2"}}
+	// twoRefundsFaults trades a crash for a second provider fault, at a
+	// provider that keeps a refusal under its key as Stripe does (the
+	// others are the sim's, which keeps nothing of a refusal).
+	twoRefundsFaults = scope{"two-refunds-faults-stripe", []string{"-DMAXCRASH=1", "-DMAXFAULTS=2", "-DKEEPS_REFUSALS"}}
 	// threeRefunds races a third refund, with one crash and one stall.
 	threeRefunds = scope{"three-refunds", []string{"-DNREFUNDS=3", "-DMAXCRASH=1", "-DMAXFAULTS=0", "-DMAXSTALL=1"}}
 	// twoRefundsLive has one of each fault: the liveness search visits

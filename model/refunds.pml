@@ -17,7 +17,9 @@
  * providers do): what keeps refunds within the charge must be oncepay's own
  * reservation. It refuses a key's refund for good or never (refuses[],
  * chosen at the start), as the sim's refusals are: a refusal it would take
- * back on a retry of the same key is not modelled.
+ * back on a retry of the same key is not modelled. It keeps nothing of a
+ * refusal, as the sim; with -DKEEPS_REFUSALS it keeps it under the key, as
+ * Stripe keeps a failed refund, and a lookup finds it.
  *
  * model_test.go checks it (go test ./model). By hand, in a scratch directory:
  *   spin -a refunds.pml && cc -O2 -DSAFETY -o pan pan.c && ./pan -m200000 -N safe
@@ -70,6 +72,8 @@
  * | reconcile-none  | payment.(*Service).settle     | o = op.notCompleted(a)                                          |
  * | provider-dedupe | sim.(*Sim).Refund             | WHERE idempotency_key = ? ORDER BY copy LIMIT 1                 |
  * | provider-lookup | sim.(*Sim).LookupRefund       | WHERE idempotency_key = ? ORDER BY copy LIMIT 1                 |
+ * | found-declined  | payment.(refunds).find        | if d, declined := IsDecline(err); declined {                    |
+ * | found-declined  | payment.(refunds).find        | return refundDeclinedOutcome(a, d), true, nil                   |
  *
  * Properties (the ltl blocks at the end; -N picks one; safe is the first five):
  *   within_charge      the provider's refunded total never exceeds the charge.
@@ -119,8 +123,9 @@
  * leases expiring under a live owner. The budgets are shared by all keys.
  * CHARGE and AMT are such that one refund fits and two do not. The
  * defaults below are the two-refunds scope; model_test.go also checks two
- * refunds with one crash and two faults, three refunds with one crash, no
- * fault and one stall, and the liveness property with one of each.
+ * refunds with one crash and two faults at a provider that keeps refusals
+ * (KEEPS_REFUSALS), three refunds with one crash, no fault and one stall,
+ * and the liveness property with one of each.
  *
  * Not modelled: the payment's own charge (it is succeeded from the start),
  * a refund of "all that is left" (amount 0, read in the claim's own
@@ -182,10 +187,13 @@ byte holder[MAXR]; /* ghost: who last claimed or took over */
 byte reserved = 0; /* amount_reserved */
 byte refunded = 0; /* amount_refunded */
 
-/* The provider: refunds by downstream key (a bit each), the total it has
- * refunded, and (ghost) how many refunds each oncepay key made. */
+/* The provider: what it holds under each downstream key (nothing, a
+ * refund, or a refused refund it keeps), the total it has refunded, and
+ * (ghost) how many refunds each oncepay key made. */
 #define NDK (MAXR * (MAXFENCE + 1))
-bool pl[NDK];
+#define MADE 1
+#define REFUSED 2
+byte pl[NDK];
 byte ptotal = 0;
 byte pcount[MAXR];
 bool refuses[MAXR];
@@ -215,10 +223,16 @@ bool bad_refusal = false;
 /* The provider acts on a refund request under downstream key dk. */
 inline provider_refund(dk, res) {
 	if
-	:: pl[dk] -> res = OK /* [provider-dedupe] */
-	:: !pl[dk] && refuses[KOF(dk)] -> res = DECLINED
-	:: !pl[dk] && !refuses[KOF(dk)] ->
-		pl[dk] = true; ptotal = ptotal + AMT; pcount[KOF(dk)]++; res = OK
+	:: pl[dk] == MADE -> res = OK /* [provider-dedupe] */
+	:: pl[dk] == REFUSED -> res = DECLINED /* replayed */
+	:: pl[dk] == 0 && refuses[KOF(dk)] -> res = DECLINED;
+#ifdef KEEPS_REFUSALS
+		pl[dk] = REFUSED /* Stripe keeps a failed refund under the key */
+#else
+		skip /* the sim keeps nothing of a refusal */
+#endif
+	:: pl[dk] == 0 && !refuses[KOF(dk)] ->
+		pl[dk] = MADE; ptotal = ptotal + AMT; pcount[KOF(dk)]++; res = OK
 	fi
 }
 
@@ -235,13 +249,15 @@ inline refund_call(me, dk, res) {
 	}
 }
 
-/* [provider-lookup] Lookup by key; an error is a fault. It ends the
+/* [provider-lookup] Lookup by key; an error is a fault. A refused refund
+ * kept under the key is found as the refusal [found-declined]. It ends the
  * caller's window unless a refund call may follow (more). */
 inline lookup_call(me, dk, res, more) {
 	atomic {
 		if
-		:: pl[dk] -> res = FOUND
-		:: !pl[dk] -> res = NOTFOUND
+		:: pl[dk] == MADE -> res = FOUND
+		:: pl[dk] == REFUSED -> res = DECLINED
+		:: pl[dk] == 0 -> res = NOTFOUND
 		:: faults < MAXFAULTS -> faults++; res = UNKNOWN
 		fi;
 		if
@@ -467,6 +483,7 @@ end_idle:
 	if
 	:: res == UNKNOWN -> release(k, me, f) /* [reconcile-keep] */
 	:: res == FOUND -> record(k, me, f, SUCC, res)
+	:: res == DECLINED -> record(k, me, f, FAIL, res)
 	:: res == NOTFOUND -> record(k, me, f, FAIL, res) /* [reconcile-none] */
 	fi;
 reset:
