@@ -16,7 +16,11 @@ import (
 	"time"
 )
 
-const modelFile = "oncepay.pml"
+// The models: the payment protocol, and refunds racing on one payment.
+const (
+	modelFile   = "oncepay.pml"
+	refundsFile = "refunds.pml"
+)
 
 // A scope is one bound of the state space: how many clients, and how many
 // crashes, provider faults and stalls the checker may spend (README, "What
@@ -43,7 +47,7 @@ var (
 // The ltl blocks of oncepay.pml.
 var (
 	safety   = []string{"one_charge", "answers_match", "no_stale_write"}
-	liveness = []string{"settles", "clients_answered"}
+	liveness = []string{"settles", "clients_answered", "reservations_freed"}
 	// witnesses each claim a state the protocol does reach is unreachable:
 	// a model that cannot pay, decline, take over or reconcile would pass
 	// every property above and prove nothing.
@@ -51,12 +55,15 @@ var (
 		"reach_reconcile_found", "reach_reconcile_not_completed"}
 )
 
-// badVariants are known-wrong versions of the protocol, one -D flag each,
-// and the properties spin must refute for each of them.
-var badVariants = []struct {
+// variant is a known-wrong version of a model, one -D flag, and the
+// properties spin must refute for it.
+type variant struct {
 	flag  string
 	kills []string
-}{
+}
+
+// badVariants are the known-wrong versions of oncepay.pml.
+var badVariants = []variant{
 	{"PER_ATTEMPT_KEY", []string{"one_charge", "answers_match"}},
 	{"NO_DEDUPE", []string{"one_charge"}},
 	{"RECONCILE_GUESSES", []string{"answers_match"}},
@@ -69,6 +76,32 @@ var badVariants = []struct {
 	{"TAKEOVER_NULL_LEASE", []string{"settles", "clients_answered"}},
 }
 
+// refunds.pml: its scopes, properties, witnesses and known-bad variants.
+var (
+	// twoRefunds is its defaults: two refunds of 2 on a charge of 3, two
+	// crashes, one provider fault, one stall.
+	twoRefunds = scope{"two-refunds", nil}
+	// twoRefundsFaults trades a crash for a second provider fault, at a
+	// provider that keeps a refusal under its key as Stripe does (the
+	// others are the sim's, which keeps nothing of a refusal).
+	twoRefundsFaults = scope{"two-refunds-faults-stripe", []string{"-DMAXCRASH=1", "-DMAXFAULTS=2", "-DKEEPS_REFUSALS"}}
+	// threeRefunds races a third refund, with one crash and one stall.
+	threeRefunds = scope{"three-refunds", []string{"-DNREFUNDS=3", "-DMAXCRASH=1", "-DMAXFAULTS=0", "-DMAXSTALL=1"}}
+	// twoRefundsLive has one of each fault: the liveness search visits
+	// several times the states it stores.
+	twoRefundsLive = scope{"two-refunds-live", small.defines}
+
+	refundSafety    = []string{"within_charge", "one_refund_per_key", "answers_match", "books_balance", "refusals_honest"}
+	refundWitnesses = []string{"reach_refunded", "reach_exceeds", "reach_declined_then_refunded",
+		"reach_takeover_refunded", "reach_reconcile_found", "reach_reconcile_not_completed"}
+	refundBadVariants = []variant{
+		{"RESERVE_READ_THEN_UPDATE", []string{"within_charge", "books_balance"}},
+		{"RECORD_KEEPS_RESERVATION", []string{"books_balance", "refusals_honest", "reservations_freed"}},
+		{"RECORD_NO_FENCE", []string{"within_charge", "answers_match"}},
+		{"PER_ATTEMPT_KEY", []string{"within_charge", "one_refund_per_key", "answers_match"}},
+	}
+)
+
 // TestModelHolds checks every property of the model exhaustively within
 // each scope: no error, and a search that completed. The three safety
 // properties are checked in one search (ltl safe); each of them alone is
@@ -77,19 +110,24 @@ func TestModelHolds(t *testing.T) {
 	t.Parallel()
 	tools := needTools(t)
 	runs := []struct {
+		file  string
 		scope scope
 		prop  string
 		means string
 	}{
-		{twoClients, "safe", strings.Join(safety, ", ")},
-		{threeClients, "safe", strings.Join(safety, ", ")},
-		{twoClientsLive, "settles", "settles"},
-		{twoClientsLive, "clients_answered", "clients_answered"},
+		{modelFile, twoClients, "safe", strings.Join(safety, ", ")},
+		{modelFile, threeClients, "safe", strings.Join(safety, ", ")},
+		{modelFile, twoClientsLive, "settles", "settles"},
+		{modelFile, twoClientsLive, "clients_answered", "clients_answered"},
+		{refundsFile, twoRefunds, "safe", strings.Join(refundSafety, ", ")},
+		{refundsFile, twoRefundsFaults, "safe", strings.Join(refundSafety, ", ")},
+		{refundsFile, threeRefunds, "safe", strings.Join(refundSafety, ", ")},
+		{refundsFile, twoRefundsLive, "reservations_freed", "reservations_freed"},
 	}
 	for _, r := range runs {
 		t.Run(r.scope.name+"/"+r.prop, func(t *testing.T) {
 			t.Parallel()
-			res := tools.verify(t, r.scope.defines, r.prop, true)
+			res := tools.verify(t, r.file, r.scope.defines, r.prop, true)
 			if res.errors != 0 || !res.complete {
 				t.Fatalf("%s in %s: errors = %d, complete = %v, want 0 errors and a complete search\n%s\n%s",
 					r.means, r.scope.name, res.errors, res.complete, res.tail(), lastLines(tools.replay(t, res), 80))
@@ -105,40 +143,52 @@ func TestModelHolds(t *testing.T) {
 func TestBadVariantsRefuted(t *testing.T) {
 	t.Parallel()
 	tools := needTools(t)
-	for _, v := range badVariants {
-		for _, prop := range v.kills {
-			t.Run(v.flag+"/"+prop, func(t *testing.T) {
-				t.Parallel()
-				res := tools.verify(t, append([]string{"-D" + v.flag}, small.defines...), prop, false)
-				if res.errors == 0 {
-					t.Fatalf("%s passes %s: errors = 0, want a counterexample\n%s", v.flag, prop, res.tail())
-				}
-				steps := tools.replay(t, res)
-				m := regexp.MustCompile(`trail ends after (\d+) steps`).FindStringSubmatch(steps)
-				if m == nil {
-					t.Fatalf("%s/%s: the trail does not replay in spin:\n%s", v.flag, prop, steps)
-				}
-				t.Logf("%s refutes %s: a %s-step trail after %d states, %.2fs search (%.2fs with spin and cc)",
-					v.flag, prop, m[1], res.states, res.elapsed, res.wall.Seconds())
-			})
+	for _, m := range []struct {
+		file     string
+		variants []variant
+	}{{modelFile, badVariants}, {refundsFile, refundBadVariants}} {
+		for _, v := range m.variants {
+			for _, prop := range v.kills {
+				t.Run(strings.TrimSuffix(m.file, ".pml")+"/"+v.flag+"/"+prop, func(t *testing.T) {
+					t.Parallel()
+					res := tools.verify(t, m.file, append([]string{"-D" + v.flag}, small.defines...), prop, false)
+					if res.errors == 0 {
+						t.Fatalf("%s passes %s: errors = 0, want a counterexample\n%s", v.flag, prop, res.tail())
+					}
+					steps := tools.replay(t, res)
+					n := regexp.MustCompile(`trail ends after (\d+) steps`).FindStringSubmatch(steps)
+					if n == nil {
+						t.Fatalf("%s/%s: the trail does not replay in spin:\n%s", v.flag, prop, steps)
+					}
+					t.Logf("%s refutes %s: a %s-step trail after %d states, %.2fs search (%.2fs with spin and cc)",
+						v.flag, prop, n[1], res.states, res.elapsed, res.wall.Seconds())
+				})
+			}
 		}
 	}
 }
 
-// TestModelReaches checks the model is not vacuous: spin reaches a paid
-// answer, a decline, a takeover that pays, and both reconcile outcomes.
+// TestModelReaches checks the models are not vacuous: spin reaches a paid
+// answer, a decline, a takeover that pays, and both reconcile outcomes; a
+// refund, a refusal, a decline whose reservation another refund then uses,
+// a takeover that refunds, and both reconcile outcomes of a refund.
 func TestModelReaches(t *testing.T) {
 	t.Parallel()
 	tools := needTools(t)
-	for _, w := range witnesses {
-		t.Run(w, func(t *testing.T) {
-			t.Parallel()
-			res := tools.verify(t, small.defines, w, false)
-			if res.errors == 0 {
-				t.Fatalf("%s: spin never reached it (errors = 0): the model cannot get there\n%s", w, res.tail())
-			}
-			t.Logf("%s: reached after %d states", w, res.states)
-		})
+	for _, m := range []struct {
+		file      string
+		witnesses []string
+	}{{modelFile, witnesses}, {refundsFile, refundWitnesses}} {
+		for _, w := range m.witnesses {
+			t.Run(strings.TrimSuffix(m.file, ".pml")+"/"+w, func(t *testing.T) {
+				t.Parallel()
+				res := tools.verify(t, m.file, small.defines, w, false)
+				if res.errors == 0 {
+					t.Fatalf("%s: spin never reached it (errors = 0): the model cannot get there\n%s", w, res.tail())
+				}
+				t.Logf("%s: reached after %d states", w, res.states)
+			})
+		}
 	}
 }
 
@@ -153,7 +203,7 @@ type tools struct {
 
 type build struct {
 	once sync.Once
-	dir  string // oncepay.pml, pan.c and pan
+	dir  string // the model file, pan.c and pan
 	err  error
 	took time.Duration
 }
@@ -210,13 +260,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// build returns the pan verifier for the model under defines, safety-only
+// build returns the pan verifier for the model file under defines, safety-only
 // or with fairness for liveness; it builds each one once. A search that
 // runs long is worth an optimized build; one that stops at the first
 // counterexample is not.
-func (tl *tools) build(t *testing.T, defines []string, live, optimize bool) *build {
+func (tl *tools) build(t *testing.T, file string, defines []string, live, optimize bool) *build {
 	t.Helper()
-	key := strings.Join(defines, " ") + fmt.Sprintf(" live=%v opt=%v", live, optimize)
+	key := file + " " + strings.Join(defines, " ") + fmt.Sprintf(" live=%v opt=%v", live, optimize)
 	tl.mu.Lock()
 	b, ok := tl.builds[key]
 	if !ok {
@@ -227,7 +277,7 @@ func (tl *tools) build(t *testing.T, defines []string, live, optimize bool) *bui
 	b.once.Do(func() {
 		start := time.Now()
 		defer func() { b.took = time.Since(start) }()
-		src, err := os.ReadFile(modelFile)
+		src, err := os.ReadFile(file)
 		if err != nil {
 			b.err = err
 			return
@@ -236,12 +286,12 @@ func (tl *tools) build(t *testing.T, defines []string, live, optimize bool) *bui
 			b.err = err
 			return
 		}
-		if err := os.WriteFile(filepath.Join(b.dir, modelFile), src, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(b.dir, file), src, 0o644); err != nil {
 			b.err = err
 			return
 		}
 		args := append([]string{"-a"}, defines...)
-		if _, err := run(b.dir, tl.spin, append(args, modelFile)...); err != nil {
+		if _, err := run(b.dir, tl.spin, append(args, file)...); err != nil {
 			b.err = err
 			return
 		}
@@ -262,15 +312,15 @@ func (tl *tools) build(t *testing.T, defines []string, live, optimize bool) *bui
 	return b
 }
 
-// verify runs pan on the property prop in its own directory, where a
-// counterexample leaves its trail.
-func (tl *tools) verify(t *testing.T, defines []string, prop string, optimize bool) panResult {
+// verify runs pan for the model file on the property prop in its own
+// directory, where a counterexample leaves its trail.
+func (tl *tools) verify(t *testing.T, file string, defines []string, prop string, optimize bool) panResult {
 	t.Helper()
 	start := time.Now()
 	live := slices.Contains(liveness, prop)
-	b := tl.build(t, defines, live, optimize)
+	b := tl.build(t, file, defines, live, optimize)
 	dir := t.TempDir()
-	if err := os.Link(filepath.Join(b.dir, modelFile), filepath.Join(dir, modelFile)); err != nil {
+	if err := os.Link(filepath.Join(b.dir, file), filepath.Join(dir, file)); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"-m200000", "-n", "-N", prop}
@@ -282,7 +332,7 @@ func (tl *tools) verify(t *testing.T, defines []string, prop string, optimize bo
 		t.Fatalf("pan %s: %v", strings.Join(args, " "), err)
 	}
 	res := parsePan(out)
-	res.dir, res.defines, res.wall = dir, defines, time.Since(start)
+	res.dir, res.file, res.defines, res.wall = dir, file, defines, time.Since(start)
 	if res.errors < 0 || res.states < 0 {
 		t.Fatalf("pan %s: cannot read its report:\n%s", strings.Join(args, " "), out)
 	}
@@ -292,11 +342,11 @@ func (tl *tools) verify(t *testing.T, defines []string, prop string, optimize bo
 // replay plays a counterexample trail back through spin, if there is one.
 func (tl *tools) replay(t *testing.T, res panResult) string {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(res.dir, modelFile+".trail")); err != nil {
+	if _, err := os.Stat(filepath.Join(res.dir, res.file+".trail")); err != nil {
 		return "(no trail)"
 	}
 	args := append([]string{"-t"}, res.defines...)
-	out, err := run(res.dir, tl.spin, append(args, modelFile)...)
+	out, err := run(res.dir, tl.spin, append(args, res.file)...)
 	if err != nil {
 		return fmt.Sprintf("spin -t: %v\n%s", err, out)
 	}
@@ -328,6 +378,7 @@ type panResult struct {
 	out         string
 
 	dir     string
+	file    string
 	defines []string
 	wall    time.Duration
 }

@@ -112,7 +112,8 @@
  * assertion). The defaults below are the two-clients scope; model_test.go
  * also checks three clients with one of each.
  *
- * Not modelled: refunds (not built yet), webhooks, purge, more than one key
+ * Not modelled here: refunds (refunds.pml races them on one payment through
+ * this same flow), webhooks, purge, more than one key
  * or merchant, a request reusing the key with another body (409, it writes
  * nothing), a provider charge for another amount, the HTTP layer, and the
  * database's own durability (a committed statement is assumed to survive).

@@ -15,36 +15,43 @@ import (
 	"testing"
 )
 
-// TestStepTableMatchesCode keeps the model beside the code: every row of
-// the step table in oncepay.pml names a Go function or constant that must
+// TestStepTableMatchesCode keeps each model beside the code: every row of
+// the step table in its header names a Go function or constant that must
 // still exist and still contain the statement the step stands for, and
 // every step is tagged in the model.
 func TestStepTableMatchesCode(t *testing.T) {
-	rows, body, err := readStepTable(modelFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rows) < 20 {
-		t.Fatalf("step table has %d rows, want the whole flow (20 or more)", len(rows))
-	}
 	src := newGoSource("..")
-	steps := map[string]bool{}
-	for _, r := range rows {
-		steps[r.step] = true
-		if err := src.check(r.ref, r.needle); err != nil {
-			t.Errorf("%s:%d: step %q: %v; the code changed, so change the model with it", modelFile, r.line, r.step, err)
-		}
-	}
-	tags := modelTags(body)
-	for step := range steps {
-		if !tags[step] {
-			t.Errorf("step %q is in the table but no [%s] tag marks it in the model", step, step)
-		}
-	}
-	for tag := range tags {
-		if !steps[tag] {
-			t.Errorf("the model tags [%s], a step missing from the table", tag)
-		}
+	for _, m := range []struct {
+		file    string
+		minRows int // the whole flow
+	}{{modelFile, 20}, {refundsFile, 20}} {
+		t.Run(m.file, func(t *testing.T) {
+			rows, body, err := readStepTable(m.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) < m.minRows {
+				t.Fatalf("step table has %d rows, want the whole flow (%d or more)", len(rows), m.minRows)
+			}
+			steps := map[string]bool{}
+			for _, r := range rows {
+				steps[r.step] = true
+				if err := src.check(r.ref, r.needle); err != nil {
+					t.Errorf("%s:%d: step %q: %v; the code changed, so change the model with it", m.file, r.line, r.step, err)
+				}
+			}
+			tags := modelTags(body)
+			for step := range steps {
+				if !tags[step] {
+					t.Errorf("step %q is in the table but no [%s] tag marks it in the model", step, step)
+				}
+			}
+			for tag := range tags {
+				if !steps[tag] {
+					t.Errorf("the model tags [%s], a step missing from the table", tag)
+				}
+			}
+		})
 	}
 }
 
@@ -60,11 +67,15 @@ func TestStepTableCatchesDrift(t *testing.T) {
 		{"payment.(payments).move", "DownstreamKey(a.Scope, a.Key)", true},
 		{"sqlitestore.recordSQL", "status = 'in_progress' AND fence = ?", true},
 		{"payment.DownstreamKey", "h.Write([]byte(key))", true},
-		{"payment.(*Service).ownOnce", "s.Store.Record(", false},               // renamed
-		{"payment.(Service).own", "s.Store.Record(", false},                    // wrong receiver
-		{"payment.(*payments).move", "DownstreamKey(", false},                  // wrong receiver
-		{"payment.(*Service).own", "s.Store.Record(ctx, a.Scope, 0", false},    // other statement
-		{"sqlitestore.recordSQL", "AND fence = ? AND lease_expires_at", false}, // guard not there
+		{"sqlitestore.createRefund", "AND amount - amount_refunded - amount_reserved >= ?1", true},
+		{"payment.(refunds).move", "RefundDownstreamKey(a.Scope, a.Key)", true},
+		{"sqlitestore.createRefund", "WHERE id = ?3 AND scope = ?4 AND amount_reserved = 0", false}, // guard not there
+		{"payment.(*refunds).move", "RefundDownstreamKey(", false},                                  // wrong receiver
+		{"payment.(*Service).ownOnce", "s.Store.Record(", false},                                    // renamed
+		{"payment.(Service).own", "s.Store.Record(", false},                                         // wrong receiver
+		{"payment.(*payments).move", "DownstreamKey(", false},                                       // wrong receiver
+		{"payment.(*Service).own", "s.Store.Record(ctx, a.Scope, 0", false},                         // other statement
+		{"sqlitestore.recordSQL", "AND fence = ? AND lease_expires_at", false},                      // guard not there
 		{"sqlitestore.noSuchSQL", "UPDATE", false},
 		{"nosuchpkg.Func", "x", false},
 	} {

@@ -261,3 +261,18 @@ func TestOwnerPastItsLeaseDoesNotCall(t *testing.T) {
 		t.Errorf("provider calls = %+v, want the retry's lookup and one charge", c)
 	}
 }
+
+// A new attempt's lease may be zero (an attempt left for a retry at once),
+// never negative.
+func TestNewAttemptLease(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	if a := payment.NewAttempt("demo", "k", visa, now, 0); !a.LeaseExpiresAt.Equal(now) || a.LeaseLive(now) {
+		t.Errorf("NewAttempt with no lease: lease until %v, live %v; want now, not live", a.LeaseExpiresAt, a.LeaseLive(now))
+	}
+	defer func() {
+		if recover() == nil {
+			t.Errorf("NewAttempt with a negative lease did not refuse")
+		}
+	}()
+	payment.NewAttempt("demo", "k", visa, now, -time.Second)
+}

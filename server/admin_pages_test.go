@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/provider/sim"
 )
 
 // The list pages by 50, newest first; the pager's links keep the filter and
@@ -61,5 +62,23 @@ func TestAdminUnauthorizedSaysWhy(t *testing.T) {
 	open := newEnv(t, envOptions{auth: true, adminToken: strings.Repeat("t", 32)})
 	if r := open.do("GET", "/admin", nil); r.Status != 401 || strings.Contains(string(r.Body), "closed") || !strings.Contains(string(r.Body), "Send the admin token") {
 		t.Errorf("admin without the token = %d %s, want 401 asking for it", r.Status, r.Body)
+	}
+}
+
+// The payment's panel shows refunds in progress only while one holds an
+// amount: a refund whose answer was lost keeps its reservation until it is
+// settled.
+func TestAdminShowsRefundsInProgress(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	id := e.paid("order-1")
+	if page := string(e.do("GET", "/admin/attempts/"+id, nil).Body); strings.Contains(page, "Refunds in progress") {
+		t.Errorf("payment page shows refunds in progress with none")
+	}
+	e.Sim.SetFaults(sim.Faults{FailAfterCharge: 1}) // the refund's answer is lost too
+	if r := e.refund(id, "refund-1", `{"amount":300}`); r.Status != 503 {
+		t.Fatalf("refund with its answer lost = %d %s, want 503", r.Status, r.Body)
+	}
+	if page := string(e.do("GET", "/admin/attempts/"+id, nil).Body); !strings.Contains(page, "<dt>Refunds in progress</dt><dd>3.00 EUR</dd>") {
+		t.Errorf("payment page does not show the 3.00 EUR held by the refund in progress")
 	}
 }
