@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -177,5 +178,61 @@ func TestRequestLogLine(t *testing.T) {
 	}
 	if line.DurationMS < 20 || line.DurationMS > 60_000 {
 		t.Errorf("duration_ms = %v for a 20 ms request, want milliseconds", line.DurationMS)
+	}
+}
+
+// The admin failure limit: a burst of failures in a row, then one more per
+// period, earned back over time; each address its own; the memory bounded.
+func TestFailureLimiter(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	l := newFailureLimiter(10, 6*time.Second)
+	for i := range 10 {
+		if w := l.wait("10.0.0.1", t0); w != 0 {
+			t.Fatalf("wait before failure %d = %v, want 0", i+1, w)
+		}
+		l.fail("10.0.0.1", t0)
+	}
+	for _, tt := range []struct {
+		after time.Duration
+		want  time.Duration
+	}{{0, 6 * time.Second}, {3 * time.Second, 3 * time.Second}, {6 * time.Second, 0}} {
+		if got := l.wait("10.0.0.1", t0.Add(tt.after)); got != tt.want {
+			t.Errorf("wait %v after the burst = %v, want %v", tt.after, got, tt.want)
+		}
+	}
+	if w := l.wait("10.0.0.2", t0); w != 0 {
+		t.Errorf("another address waits %v, want 0", w)
+	}
+
+	// Below the bound a client stays known, refilled or not; at the bound
+	// the refilled ones are forgotten, and if none is, all are.
+	l = newFailureLimiter(1, time.Second)
+	l.fail("a", t0)
+	l.fail("b", t0.Add(time.Hour)) // a has long refilled
+	if len(l.clients) != 2 {
+		t.Errorf("clients below the bound = %d, want 2", len(l.clients))
+	}
+	l.clients = map[string]*failureBucket{}
+	for i := range maxLimitedClients {
+		l.clients[strconv.Itoa(i)] = &failureBucket{left: 0, at: t0}
+	}
+	l.fail("new", t0)
+	if len(l.clients) != 1 {
+		t.Errorf("clients after a new one at the bound, none refilled = %d, want 1 (the new one)", len(l.clients))
+	}
+}
+
+// The limit goes by the connection's address, never its port (a new
+// connection would be a new client) nor a header the client sets.
+func TestClientAddr(t *testing.T) {
+	r := httptest.NewRequest("GET", "/admin", nil)
+	r.RemoteAddr = "192.0.2.7:51234"
+	r.Header.Set("X-Forwarded-For", "198.51.100.1")
+	if got := clientAddr(r); got != "192.0.2.7" {
+		t.Errorf("clientAddr = %q, want 192.0.2.7", got)
+	}
+	r.RemoteAddr = "not an address"
+	if got := clientAddr(r); got != "not an address" {
+		t.Errorf("clientAddr of an unparsable address = %q, want it as it is", got)
 	}
 }
