@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/oncepay/oncepay/payment"
 )
@@ -134,5 +135,44 @@ func TestRequestLimitBoundaries(t *testing.T) {
 		if got := payment.ValidKey(tt.key); got != tt.want {
 			t.Errorf("ValidKey(%.20q, %d bytes) = %v, want %v", tt.key, len(tt.key), got, tt.want)
 		}
+	}
+}
+
+// Escaped surrogates: a pair is one character, at either end of the low
+// half's range; a high half followed by anything else, or a low half alone,
+// is refused. The low half's range is checked at its edges.
+func TestEscapedSurrogateEdges(t *testing.T) {
+	for _, tt := range []struct {
+		escaped string
+		ok      bool
+	}{
+		{`\ud800\udc00`, true},   // U+10000, the first pair
+		{`\udbff\udfff`, true},   // U+10FFFF, the last
+		{`\ud83d\ude00`, true},   // an emoji
+		{`a\ud83d\ude00b`, true}, // a pair between plain characters
+		{`\ud83d\udbff`, false},  // a high half followed by another high half
+		{`\ud83d\ue000`, false},  // a high half followed by no surrogate
+		{`\ud83dx\ude00`, false}, // the halves apart
+		{`\ud83d`, false},
+		{`\ude00`, false},
+		{`\\ud83d`, true}, // an escaped backslash, then text
+		{`\ue000`, true},  // past the surrogates
+	} {
+		body := `{"amount":100,"currency":"EUR","source":"tok_visa","description":"` + tt.escaped + `"}`
+		_, err := payment.ParseRequest([]byte(body))
+		if (err == nil) != tt.ok {
+			t.Errorf("description %s: %v, want ok %v", tt.escaped, err, tt.ok)
+		}
+	}
+}
+
+// A quote cut at 40 bytes never splits a character: it ends before one
+// that would not fit whole.
+func TestQuoteCutsBetweenCharacters(t *testing.T) {
+	raw := `"` + strings.Repeat("é", 30) + `"` // 62 bytes; byte 40 is inside the 20th é
+	_, err := payment.ParseRequest([]byte(`{"amount":` + raw + `,"currency":"EUR","source":"tok_visa"}`))
+	msg := payment.ErrorMessage(err)
+	if !utf8.ValidString(msg) || !strings.Contains(msg, `"`+strings.Repeat("é", 19)+"...") {
+		t.Errorf("message = %q, want the first 19 é whole, then ...", msg)
 	}
 }

@@ -267,7 +267,8 @@ func hasLoneSurrogate(raw []byte) bool {
 		i += 4
 		switch {
 		case utf16.IsSurrogate(r) && r < 0xdc00: // high: its low half must follow
-			if lo, ok := escapedUnit(raw, i+2); ok && i+1 < len(raw) && raw[i+1] == '\\' && lo >= 0xdc00 && lo <= 0xdfff {
+			// escapedUnit's ok means raw reaches past i+1: no bounds check needed.
+			if lo, ok := escapedUnit(raw, i+2); ok && raw[i+1] == '\\' && lo >= 0xdc00 && lo <= 0xdfff {
 				i += 6
 				continue
 			}
