@@ -381,3 +381,37 @@ func schemaSQL(tb testing.TB) string {
 	}
 	return string(b)
 }
+
+// A migration that cannot apply stops the start, and leaves the database as
+// it was: no half-migrated file is served.
+func TestMigrationFailureStopsOpen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "oncepay.db")
+	old, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Keys from before merchants, beside a merchants table the migration
+	// does not expect: its CREATE TABLE fails.
+	_, err = old.Exec(`CREATE TABLE api_keys (id TEXT PRIMARY KEY, name TEXT NOT NULL, secret_hash BLOB NOT NULL UNIQUE,
+		created_at INTEGER NOT NULL, revoked_at INTEGER);
+	INSERT INTO api_keys VALUES ('key_1', 'Shop', x'00', 1000, NULL);
+	CREATE TABLE merchants (id TEXT PRIMARY KEY)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, err := os.ReadFile("../schema.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db, err := Open(context.Background(), path, string(schema), Options{}); err == nil {
+		db.Close()
+		t.Fatal("Open of a database whose migration fails succeeded")
+	}
+	var keys, merchantColumn int
+	err = old.QueryRow(`SELECT (SELECT count(*) FROM api_keys),
+		(SELECT count(*) FROM pragma_table_info('api_keys') WHERE name = 'merchant_id')`).Scan(&keys, &merchantColumn)
+	old.Close()
+	if err != nil || keys != 1 || merchantColumn != 0 {
+		t.Errorf("after the failed migration: %d keys, merchant_id column %d, %v; want the key kept, the table as it was", keys, merchantColumn, err)
+	}
+}

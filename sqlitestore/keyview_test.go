@@ -123,3 +123,39 @@ func TestRevokeDuringReload(t *testing.T) {
 	}
 	wantUnauthorized(t, db, secret, "after the revocation that raced a reload")
 }
+
+// The view is read again once it is KeyViewTTL old, not before, and at once
+// if the clock went back (its age would lie); a change made through this
+// process makes it stale whatever its age.
+func TestKeyViewReloads(t *testing.T) {
+	clock := &stepClock{now: t0}
+	v := &keyView{now: clock.Now}
+	loads := 0
+	load := func(context.Context) (map[[sha256.Size]byte]string, error) {
+		loads++
+		return map[[sha256.Size]byte]string{}, nil
+	}
+	for _, tt := range []struct {
+		step       time.Duration
+		invalidate bool
+		want       int
+	}{
+		{0, false, 1},                            // the first lookup loads
+		{0, false, 1},                            // at age 0 it is fresh
+		{KeyViewTTL - time.Nanosecond, false, 1}, // a moment before the TTL
+		{time.Nanosecond, false, 2},              // at the TTL it is read again
+		{-time.Second, false, 3},                 // the clock went back
+		{0, true, 4},                             // a key changed here
+	} {
+		clock.Add(tt.step)
+		if tt.invalidate {
+			v.gen.Add(1)
+		}
+		if _, _, err := v.lookup(context.Background(), [sha256.Size]byte{}, load); err != nil {
+			t.Fatal(err)
+		}
+		if loads != tt.want {
+			t.Fatalf("after a step of %v: %d loads, want %d", tt.step, loads, tt.want)
+		}
+	}
+}
