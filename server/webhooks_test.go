@@ -101,6 +101,32 @@ func TestWebhookRefusesUnverified(t *testing.T) {
 	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-refused"); got.Status != payment.InProgress {
 		t.Errorf("attempt = %s, want still in progress", got.Status)
 	}
+	metrics := string(e.do("GET", "/metrics", nil).Body)
+	for _, want := range []string{`{outcome="invalid",provider="sim",type=""} 5`, `{outcome="too_large",provider="sim",type=""} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks the refused webhooks, %s", want)
+		}
+	}
+}
+
+// The inbox page lists the latest hundred events, newest first.
+func TestAdminEventsPageLists(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	now := time.Now()
+	for i := range 60 {
+		ev := payment.InboxEvent{Event: payment.Event{Provider: "sim", ID: fmt.Sprintf("evt_%03d", i), Type: "customer.created", Kind: payment.EventOther},
+			State: payment.EventReceived, ReceivedAt: now.Add(time.Duration(i) * time.Millisecond), UpdatedAt: now}
+		if ok, err := e.DB.ReceiveEvent(context.Background(), &ev); !ok || err != nil {
+			t.Fatalf("ReceiveEvent = %v, %v", ok, err)
+		}
+	}
+	page := string(e.do("GET", "/admin/events", nil).Body)
+	if !strings.Contains(page, "evt_000") || !strings.Contains(page, "evt_059") {
+		t.Errorf("the inbox page does not list all 60 events")
+	}
+	if strings.Index(page, "evt_059") > strings.Index(page, "evt_000") {
+		t.Errorf("the inbox page is not newest first")
+	}
 }
 
 // An attempt stuck after a lost response, with no reconcile running: the
