@@ -29,13 +29,13 @@ func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err 
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
 			return err // a duplicate: the caller reads the row that holds the key
 		}
-		if err := refuseExpiredKey(ctx, tx, &c); err != nil {
+		if err := db.refuseExpiredKey(ctx, tx, &c); err != nil {
 			return err
 		}
 		if c.Kind == payment.KindRefund {
 			err = createRefund(ctx, tx, &c)
 		} else {
-			err = createPayment(ctx, tx, &c)
+			err = db.createPayment(ctx, tx, &c)
 		}
 		claimed = err == nil
 		return err
@@ -75,7 +75,7 @@ func (db *DB) Record(ctx context.Context, scope, key string, fence int64, o paym
 		if kind == payment.KindRefund {
 			err = settleRefund(ctx, tx, id, paymentID.String, amount, o, now)
 		} else {
-			err = settlePayment(ctx, tx, id, o, now)
+			err = db.settlePayment(ctx, tx, id, o, now)
 		}
 		if err != nil {
 			return err

@@ -13,11 +13,10 @@ import (
 // the payment or refund it made is still kept: the late retry of an old
 // intent, which must never move money a second time, even at a provider
 // that has forgotten the key too.
-func refuseExpiredKey(ctx context.Context, tx *sql.Tx, a *payment.Attempt) error {
+func (db *DB) refuseExpiredKey(ctx context.Context, tx *sql.Tx, a *payment.Attempt) error {
 	var kind, id, paymentID string
-	err := tx.QueryRowContext(ctx, `SELECT 'payment', id, id FROM payments WHERE scope = ? AND key_hash = ?
-		UNION ALL SELECT 'refund', id, payment_id FROM refunds WHERE scope = ? AND key_hash = ?
-		LIMIT 1`, a.Scope, payment.KeyHash(a.Key), a.Scope, payment.KeyHash(a.Key)).Scan(&kind, &id, &paymentID)
+	hash := payment.KeyHash(a.Key)
+	err := tx.StmtContext(ctx, db.stmt.expiredKey).QueryRowContext(ctx, a.Scope, hash, a.Scope, hash).Scan(&kind, &id, &paymentID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
 	}
@@ -27,10 +26,8 @@ func refuseExpiredKey(ctx context.Context, tx *sql.Tx, a *payment.Attempt) error
 	return payment.ExpiredKey(a, kind, id, paymentID)
 }
 
-func createPayment(ctx context.Context, tx *sql.Tx, a *payment.Attempt) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO payments
-		(id, scope, key_hash, amount, currency, status, details, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+func (db *DB) createPayment(ctx context.Context, tx *sql.Tx, a *payment.Attempt) error {
+	_, err := tx.StmtContext(ctx, db.stmt.createPayment).ExecContext(ctx,
 		a.ID, a.Scope, payment.KeyHash(a.Key), a.Amount, a.Currency, a.Status, a.Details, ms(a.CreatedAt), ms(a.UpdatedAt))
 	return err
 }
@@ -88,9 +85,8 @@ func refundRefusal(ctx context.Context, tx *sql.Tx, a *payment.Attempt) error {
 }
 
 // settlePayment copies a payment's final outcome to its payment row.
-func settlePayment(ctx context.Context, tx *sql.Tx, id string, o payment.Outcome, now time.Time) error {
-	_, err := tx.ExecContext(ctx, `UPDATE payments SET status = ?, charge_id = ?, failure_code = ?, updated_at = ?
-		WHERE id = ?`, o.Status, nullString(o.ChargeID), nullString(o.FailureCode), ms(now), id)
+func (db *DB) settlePayment(ctx context.Context, tx *sql.Tx, id string, o payment.Outcome, now time.Time) error {
+	_, err := tx.StmtContext(ctx, db.stmt.settlePayment).ExecContext(ctx, o.Status, nullString(o.ChargeID), nullString(o.FailureCode), ms(now), id)
 	return err
 }
 

@@ -37,6 +37,18 @@ const (
 	answerSQL = `SELECT request_hash, status, lease_expires_at, response_status, response_body
 		FROM payment_attempts WHERE scope = ? AND idempotency_key = ?`
 
+	// expiredKeySQL finds the payment or refund a purged key's record left.
+	expiredKeySQL = `SELECT 'payment', id, id FROM payments WHERE scope = ? AND key_hash = ?
+		UNION ALL SELECT 'refund', id, payment_id FROM refunds WHERE scope = ? AND key_hash = ?
+		LIMIT 1`
+
+	createPaymentSQL = `INSERT INTO payments
+		(id, scope, key_hash, amount, currency, status, details, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+	settlePaymentSQL = `UPDATE payments SET status = ?, charge_id = ?, failure_code = ?, updated_at = ?
+		WHERE id = ?`
+
 	// authenticateSQL finds a key the view of the live keys does not hold.
 	authenticateSQL = `SELECT merchant_id FROM api_keys WHERE secret_hash = ? AND revoked_at IS NULL`
 )
@@ -44,8 +56,9 @@ const (
 // statements are prepared on the writer's one connection (before the
 // writer goroutine holds it in a transaction) and on the read pool.
 type statements struct {
-	claim, takeOver, record, release *sql.Stmt // writer
-	attempt, answer, authenticate    *sql.Stmt // readers
+	claim, takeOver, record, release         *sql.Stmt // writer
+	expiredKey, createPayment, settlePayment *sql.Stmt // writer, in a claim's or record's write
+	attempt, answer, authenticate            *sql.Stmt // readers
 }
 
 func prepare(ctx context.Context, w, r *sql.DB) (statements, error) {
@@ -59,6 +72,9 @@ func prepare(ctx context.Context, w, r *sql.DB) (statements, error) {
 		{w, takeOverSQL, &s.takeOver},
 		{w, recordSQL, &s.record},
 		{w, releaseSQL, &s.release},
+		{w, expiredKeySQL, &s.expiredKey},
+		{w, createPaymentSQL, &s.createPayment},
+		{w, settlePaymentSQL, &s.settlePayment},
 		{r, attemptSQL, &s.attempt},
 		{r, answerSQL, &s.answer},
 		{r, authenticateSQL, &s.authenticate},
