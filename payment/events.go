@@ -103,9 +103,10 @@ type EventStore interface {
 	// FinishEvent stores the end of a try if fence still holds it.
 	FinishEvent(ctx context.Context, provider, id string, fence int64, state EventState, result, lastErr string, now time.Time) (ok bool, err error)
 	// StrandedEvents returns up to limit events a processor left: received
-	// before receivedBefore and never begun, or processing with a lease
-	// expired at now.
-	StrandedEvents(ctx context.Context, receivedBefore, now time.Time, limit int) ([]InboxEvent, error)
+	// before receivedBefore and never begun, processing with a lease expired
+	// at now, or failed before receivedBefore with fewer than maxAttempts
+	// tries (a sender may have given up on them).
+	StrandedEvents(ctx context.Context, receivedBefore, now time.Time, maxAttempts, limit int) ([]InboxEvent, error)
 	// ListEvents returns events newest first.
 	ListEvents(ctx context.Context, f EventFilter) ([]InboxEvent, error)
 	// AttemptByPaymentID finds an attempt by payment id in any scope.
@@ -204,7 +205,7 @@ func (r SweepResult) String() string {
 func (in *Inbox) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	now := in.Now()
-	stranded, err := in.Store.StrandedEvents(ctx, now.Add(-in.Lease), now, 100)
+	stranded, err := in.Store.StrandedEvents(ctx, now.Add(-in.Lease), now, in.MaxAttempts, 100)
 	if err != nil {
 		return res, err
 	}

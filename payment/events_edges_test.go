@@ -138,3 +138,36 @@ func TestErrorText(t *testing.T) {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }
+
+// An event that failed because a live request held its attempt is tried
+// again by the sweep, once a lease has passed, even if its sender gave up;
+// one out of tries is left for the operator.
+func TestSweepRetriesFailedEvents(t *testing.T) {
+	ctx := context.Background()
+	f := newInboxFixture(t)
+	a, c := f.lostResponse(t, "k-held")
+	now := f.clock.Now()
+	if _, ok, err := f.DB.TakeOver(ctx, "demo", "k-held", a.Fence, now, now.Add(time.Hour)); !ok || err != nil {
+		t.Fatalf("TakeOver = %v, %v", ok, err)
+	}
+	f.inbox.MaxAttempts = 2
+	ev := succeededEvent("evt_held", a, c)
+	if d, err := f.inbox.Deliver(ctx, ev); err != nil || d.State != payment.EventFailedState {
+		t.Fatalf("Deliver while a request holds the attempt = %+v, %v; want failed", d, err)
+	}
+	parked := succeededEvent("evt_parked", a, c)
+	for range 2 {
+		f.inbox.Deliver(ctx, parked)
+	}
+	f.clock.Add(2 * time.Hour) // the request that held the attempt died
+	res, err := f.inbox.Sweep(ctx)
+	if err != nil || res.Found != 1 || res.Processed != 1 {
+		t.Fatalf("Sweep = %v, %v; want the failed event found and settled, the parked one left", res, err)
+	}
+	if got, _ := f.DB.Attempt(ctx, "demo", "k-held"); got.Status != payment.Succeeded || got.ChargeID != c.ID {
+		t.Errorf("attempt = %s %q, want succeeded with the event's charge", got.Status, got.ChargeID)
+	}
+	if e, _ := f.DB.InboxEvent(ctx, "sim", "evt_parked"); e.State != payment.EventFailedState || e.Attempts != 2 {
+		t.Errorf("the parked event = %s after %d tries, want failed after 2, for the operator", e.State, e.Attempts)
+	}
+}

@@ -73,13 +73,15 @@ func (db *DB) InboxEvent(ctx context.Context, provider, id string) (*payment.Inb
 }
 
 // StrandedEvents returns events a processor left: never begun, or begun
-// under a lease that has run out. Every instance's sweep may read the same
+// under a lease that has run out; and failed ones with tries left, untouched
+// for a lease, whose sender may have given up. Every instance's sweep may read the same
 // ones; BeginEvent's fence decides which of them applies each.
-func (db *DB) StrandedEvents(ctx context.Context, receivedBefore, now time.Time, limit int) ([]payment.InboxEvent, error) {
+func (db *DB) StrandedEvents(ctx context.Context, receivedBefore, now time.Time, maxAttempts, limit int) ([]payment.InboxEvent, error) {
 	return queryAll(ctx, db, scanEvent, `SELECT `+eventColumns+` FROM webhook_events
 		WHERE state = 'received' AND updated_at <= $1
 		   OR state = 'processing' AND lease_expires_at <= $2
-		ORDER BY updated_at LIMIT $3`, ms(receivedBefore), ms(now), limit)
+		   OR state = 'failed' AND updated_at <= $1 AND attempts < $3
+		ORDER BY updated_at LIMIT $4`, ms(receivedBefore), ms(now), maxAttempts, limit)
 }
 
 // ListEvents returns events newest first.

@@ -87,12 +87,14 @@ func (db *DB) InboxEvent(ctx context.Context, provider, id string) (*payment.Inb
 }
 
 // StrandedEvents returns events a processor left: never begun, or begun
-// under a lease that has run out.
-func (db *DB) StrandedEvents(ctx context.Context, receivedBefore, now time.Time, limit int) ([]payment.InboxEvent, error) {
+// under a lease that has run out; and failed ones with tries left, untouched
+// for a lease, whose sender may have given up.
+func (db *DB) StrandedEvents(ctx context.Context, receivedBefore, now time.Time, maxAttempts, limit int) ([]payment.InboxEvent, error) {
 	return queryAll(ctx, db.r, scanEvent, `SELECT `+eventColumns+` FROM webhook_events
-		WHERE state = 'received' AND updated_at <= ?
-		   OR state = 'processing' AND lease_expires_at <= ?
-		ORDER BY updated_at LIMIT ?`, ms(receivedBefore), ms(now), limit)
+		WHERE state = 'received' AND updated_at <= ?1
+		   OR state = 'processing' AND lease_expires_at <= ?2
+		   OR state = 'failed' AND updated_at <= ?1 AND attempts < ?3
+		ORDER BY updated_at LIMIT ?4`, ms(receivedBefore), ms(now), maxAttempts, limit)
 }
 
 // ListEvents returns events newest first.

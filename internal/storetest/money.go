@@ -304,11 +304,11 @@ func testInboxLeasesAndPurge(t *testing.T, h Harness) {
 	if _, ok, _ := db.BeginEvent(ctx, "sim", "evt_a", 1, t0.Add(30*time.Second), t0.Add(2*time.Minute)); ok {
 		t.Error("BeginEvent under a live lease succeeded")
 	}
-	stranded, err := db.StrandedEvents(ctx, t0, t0.Add(2*time.Minute), 10)
+	stranded, err := db.StrandedEvents(ctx, t0, t0.Add(2*time.Minute), 10, 10)
 	if err != nil || len(stranded) != 3 {
 		t.Errorf("StrandedEvents = %d, %v, want all 3 (two never begun, one whose lease ran out)", len(stranded), err)
 	}
-	if stranded, _ := db.StrandedEvents(ctx, t0.Add(-time.Second), t0.Add(30*time.Second), 10); len(stranded) != 0 {
+	if stranded, _ := db.StrandedEvents(ctx, t0.Add(-time.Second), t0.Add(30*time.Second), 10, 10); len(stranded) != 0 {
 		t.Errorf("StrandedEvents before anything is stranded = %d, want 0", len(stranded))
 	}
 	again, ok, err := db.BeginEvent(ctx, "sim", "evt_a", 1, t0.Add(2*time.Minute), t0.Add(3*time.Minute))
@@ -337,6 +337,19 @@ func testInboxLeasesAndPurge(t *testing.T, h Harness) {
 	}
 	if list, err := db.ListEvents(ctx, payment.EventFilter{State: payment.EventFailedState, Limit: 10}); err != nil || len(list) != 1 || list[0].ID != "evt_b" {
 		t.Errorf("ListEvents(failed) = %+v, %v, want evt_b", list, err)
+	}
+	// A failed event is swept again once untouched for a lease, while it has
+	// tries left; final events never are.
+	finished := t0.Add(3 * time.Minute)
+	for _, c := range []struct {
+		before      time.Time
+		maxAttempts int
+		want        int
+	}{{finished, 2, 1}, {finished, 1, 0}, {finished.Add(-time.Millisecond), 2, 0}} {
+		stranded, err := db.StrandedEvents(ctx, c.before, finished, c.maxAttempts, 10)
+		if err != nil || len(stranded) != c.want || c.want == 1 && stranded[0].ID != "evt_b" {
+			t.Errorf("StrandedEvents(before %v, max %d tries) = %d, %v; want %d (the failed event)", c.before.Sub(finished), c.maxAttempts, len(stranded), err, c.want)
+		}
 	}
 	if n, err := db.PurgeEvents(ctx, t0.Add(time.Hour), 10); n != 2 || err != nil {
 		t.Errorf("PurgeEvents = %d, %v, want the processed and the ignored one", n, err)
