@@ -171,3 +171,17 @@ func TestSweepRetriesFailedEvents(t *testing.T) {
 		t.Errorf("the parked event = %s after %d tries, want failed after 2, for the operator", e.State, e.Attempts)
 	}
 }
+
+// A purged key's refusal names what the key made: a payment, or a refund
+// of one.
+func TestExpiredKeyNamesWhatItMade(t *testing.T) {
+	a := payment.NewAttempt("demo", "k", visa, time.Now(), time.Minute)
+	p := payment.ProblemOf(payment.ExpiredKey(&a, "payment", "pay_1", "pay_1"))
+	if p.Type != payment.ProblemKeyExpired || p.PaymentID != "pay_1" || p.RefundID != "" || !strings.Contains(p.Detail, "GET /v1/payments/pay_1;") {
+		t.Errorf("a payment's expired key = %+v", p)
+	}
+	p = payment.ProblemOf(payment.ExpiredKey(&a, "refund", "re_1", "pay_1"))
+	if p.Type != payment.ProblemKeyExpired || p.PaymentID != "pay_1" || p.RefundID != "re_1" || !strings.Contains(p.Detail, "/v1/payments/pay_1/refunds") {
+		t.Errorf("a refund's expired key = %+v", p)
+	}
+}
