@@ -533,3 +533,37 @@ func TestPurgeResultString(t *testing.T) {
 		}
 	}
 }
+
+// Payments are purged past the payment retention, not before: a payment
+// whose key's record is gone stays readable until then.
+func TestPaymentRetentionKeepsRecentPayments(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	old, err := f.Service.Pay(ctx, "demo", "old", visa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Add(11 * 24 * time.Hour)
+	recent, err := f.Service.Pay(ctx, "demo", "recent", visa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Add(2 * time.Hour) // both keys' records are past the 1h retention
+	p, err := payment.NewPurger(payment.Purger{Store: f.DB, Now: f.clock.Now, Retention: time.Hour, PaymentRetention: 10 * 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.RunOnce(ctx)
+	if err != nil || res.Deleted != 2 || res.PaymentsDeleted != 1 {
+		t.Fatalf("RunOnce = %+v, %v; want both keys' records and only the old payment", res, err)
+	}
+	var oldView, recentView payment.View
+	json.Unmarshal(old.Body, &oldView)
+	json.Unmarshal(recent.Body, &recentView)
+	if _, err := f.Service.Payment(ctx, "demo", recentView.ID); err != nil {
+		t.Errorf("the recent payment after the purge: %v, want it kept", err)
+	}
+	if _, err := f.Service.Payment(ctx, "demo", oldView.ID); payment.ErrorCode(err) != payment.ENOTFOUND {
+		t.Errorf("the old payment after the purge: %v, want it gone", err)
+	}
+}

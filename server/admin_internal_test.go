@@ -236,3 +236,21 @@ func TestClientAddr(t *testing.T) {
 		t.Errorf("clientAddr of an unparsable address = %q, want it as it is", got)
 	}
 }
+
+// At the bound, only the clients whose failures have all come back are
+// forgotten; the others keep their count.
+func TestFailureLimiterForgetsOnlyRefilled(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	l := newFailureLimiter(1, time.Second)
+	for i := range maxLimitedClients {
+		at := t0 // failed just now: nothing back yet
+		if i%2 == 0 {
+			at = t0.Add(-time.Second) // exactly one period ago: the failure is back
+		}
+		l.clients[strconv.Itoa(i)] = &failureBucket{left: 0, at: at}
+	}
+	l.fail("new", t0)
+	if got, want := len(l.clients), maxLimitedClients/2+1; got != want {
+		t.Errorf("clients after a new one at the bound = %d, want %d (the ones still owing, and the new one)", got, want)
+	}
+}
