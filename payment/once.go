@@ -203,6 +203,25 @@ func (s *Service) observe(op, result string, start time.Time) {
 	}
 }
 
+// answered reports a call that asked the provider to move money, begun at
+// start, and sorts its error: a decline or a key the provider holds for
+// another request is a final outcome (final true); any other error is an
+// unknown outcome, returned as it is. With neither, the call succeeded.
+func (s *Service) answered(call string, start time.Time, err error, declined func(*DeclineError) Outcome, reused func() Outcome) (o Outcome, final bool, _ error) {
+	result := "succeeded"
+	if err != nil {
+		result = callResult(false, err)
+	}
+	s.observe(call, result, start)
+	if d, ok := IsDecline(err); ok {
+		return declined(d), true, nil
+	}
+	if errors.Is(err, ErrProviderKeyReused) {
+		return reused(), true, nil
+	}
+	return Outcome{}, false, err
+}
+
 // callResult names a provider call's result for ObserveProviderCall.
 func callResult(found bool, err error) string {
 	switch _, declined := IsDecline(err); {

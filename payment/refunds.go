@@ -145,19 +145,9 @@ func (r refunds) move(ctx context.Context, a Attempt) (Outcome, error) {
 		IdempotencyKey: RefundDownstreamKey(a.Scope, a.Key), RefundID: a.ID, PaymentID: a.PaymentID,
 		ChargeID: chargeID, Amount: a.Amount, Currency: a.Currency, Reason: req.Reason,
 	})
-	result := "succeeded"
-	if err != nil {
-		result = callResult(false, err)
-	}
-	r.s.observe("refund", result, start)
-	d, declined := IsDecline(err)
-	switch {
-	case declined:
-		return refundDeclinedOutcome(a, d), nil
-	case errors.Is(err, ErrProviderKeyReused):
-		return r.keyReused(a), nil
-	case err != nil:
-		return Outcome{}, err
+	if o, final, err := r.s.answered("refund", start, err, func(d *DeclineError) Outcome { return refundDeclinedOutcome(a, d) },
+		func() Outcome { return r.keyReused(a) }); final || err != nil {
+		return o, err
 	}
 	return r.outcome(a, pr), nil
 }

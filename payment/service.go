@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -58,19 +57,9 @@ func (p payments) move(ctx context.Context, a Attempt) (Outcome, error) {
 		IdempotencyKey: DownstreamKey(a.Scope, a.Key), PaymentID: a.ID, Amount: req.Amount, Currency: req.Currency,
 		Source: req.Source, Description: req.Description,
 	})
-	result := "succeeded"
-	if err != nil {
-		result = callResult(false, err)
-	}
-	p.s.observe("charge", result, start)
-	d, declined := IsDecline(err)
-	switch {
-	case declined:
-		return declinedOutcome(a, d), nil
-	case errors.Is(err, ErrProviderKeyReused):
-		return p.keyReused(a), nil
-	case err != nil:
-		return Outcome{}, err
+	if o, final, err := p.s.answered("charge", start, err, func(d *DeclineError) Outcome { return declinedOutcome(a, d) },
+		func() Outcome { return p.keyReused(a) }); final || err != nil {
+		return o, err
 	}
 	return p.outcome(a, c), nil
 }
