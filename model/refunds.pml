@@ -46,7 +46,7 @@
  * | refuse          | sqlitestore.createRefund      | return refundRefusal(ctx, tx, a)                                |
  * | refuse          | sqlitestore.(*DB).Claim       | claimed = err == nil                                            |
  * | refuse          | groupcommit.(*Writer).commit  | if batch[0].err = batch[0].fn(ctx, tx); batch[0].err != nil {   |
- * | refuse          | groupcommit.savepoint         | ROLLBACK TO op                                                  |
+ * | refuse          | groupcommit.(*Writer).savepoint | w.exec(ctx, tx, w.rollbackTo, `ROLLBACK TO op`)               |
  * | duplicate       | payment.(*Service).duplicate  | case ans.LeaseExpiresAt.After(s.Now()):                         |
  * | takeover        | payment.(*Service).duplicate  | s.Store.TakeOver(ctx, cur.Scope, cur.Key, cur.Fence             |
  * | takeover        | sqlitestore.takeOverSQL       | SET fence = fence + 1                                           |
@@ -56,7 +56,8 @@
  * | lookup-first    | payment.(refunds).find        | IdempotencyKey: RefundDownstreamKey(a.Scope, a.Key)             |
  * | refund-call     | payment.(*Service).own        | o, err = op.move(pctx, a)                                       |
  * | refund-call     | payment.(refunds).move        | r.s.Provider.Refund(ctx, ProviderRefundRequest{                 |
- * | refund-call     | payment.(refunds).move        | return refundDeclinedOutcome(a, d), nil                         |
+ * | refund-call     | payment.(refunds).move        | return refundDeclinedOutcome(a, d) }                            |
+ * | refund-call     | payment.(*Service).answered   | return declined(d), true, nil                                   |
  * | release         | payment.(*Service).own        | s.Store.Release(ctx, a.Scope, a.Key, a.Fence                    |
  * | release         | sqlitestore.releaseSQL        | status = 'in_progress' AND fence = ?                            |
  * | record          | payment.(*Service).own        | s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o                  |
