@@ -415,3 +415,34 @@ func TestMigrationFailureStopsOpen(t *testing.T) {
 		t.Errorf("after the failed migration: %d keys, merchant_id column %d, %v; want the key kept, the table as it was", keys, merchantColumn, err)
 	}
 }
+
+// A database made before payments outlived their keys is migrated at
+// open: every attempt gets its payment, refundable and kept past the key.
+func TestMigratePaymentsFromAttempts(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "oncepay.db")
+	old, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = old.Exec(`CREATE TABLE payment_attempts (
+		scope TEXT NOT NULL, idempotency_key TEXT NOT NULL, id TEXT NOT NULL UNIQUE,
+		request_hash BLOB NOT NULL, request BLOB NOT NULL, amount INTEGER NOT NULL, currency TEXT NOT NULL,
+		status TEXT NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed')), fence INTEGER NOT NULL,
+		lease_expires_at INTEGER, response_status INTEGER, response_body BLOB, charge_id TEXT, failure_code TEXT,
+		created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, PRIMARY KEY (scope, idempotency_key));
+	INSERT INTO payment_attempts VALUES ('s', 'k', 'pay_OLD', x'00', '{"amount":1000,"currency":"EUR","source":"tok_visa"}',
+		1000, 'EUR', 'succeeded', 1, NULL, 201, '{}', 'ch_old', NULL, 1000, 1000)`)
+	old.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mustOpenPath(t, path, Options{})
+	p, err := db.Payment(ctx, "s", "pay_OLD")
+	if err != nil || p.Status != payment.Succeeded || p.ChargeID != "ch_old" || p.Refundable() != 1000 {
+		t.Fatalf("the old attempt's payment = %+v, %v; want succeeded, ch_old, 1000 refundable", p, err)
+	}
+	if a, err := db.Attempt(ctx, "s", "k"); err != nil || a.Kind != payment.KindPayment {
+		t.Errorf("the old attempt = %+v, %v; want a payment attempt", a, err)
+	}
+}
