@@ -104,26 +104,7 @@ func (s *Sim) handleCharge(w http.ResponseWriter, r *http.Request) {
 		Description:    body.Description,
 		PaymentID:      body.PaymentID,
 	})
-	var d *payment.DeclineError
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, c)
-	case errors.As(err, &d):
-		writeError(w, http.StatusPaymentRequired, apiError{Type: "card_error", Code: d.Code, Message: d.Message})
-	case errors.Is(err, ErrLostResponse):
-		loseResponse(w)
-	case errors.Is(err, ErrKeyMismatch):
-		writeError(w, http.StatusConflict, apiError{Type: "idempotency_error", Message: err.Error()})
-	case errors.Is(err, ErrInvalidRequest):
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
-	case errors.Is(err, ErrFailedBeforeCharge):
-		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: err.Error()})
-	case r.Context().Err() != nil:
-		// The caller hung up (its timeout, say): there is no one to answer.
-	default:
-		slog.ErrorContext(r.Context(), "sim: charge", "err", err)
-		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: "internal error"})
-	}
+	s.answer(w, r, "charge", c, err)
 }
 
 func (s *Sim) handleLookup(w http.ResponseWriter, r *http.Request) {
