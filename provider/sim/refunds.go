@@ -38,9 +38,8 @@ var errNoSuchCharge = &payment.DeclineError{Code: "charge_not_found", Message: "
 // implements payment.Provider. The fault knobs of charges apply: a failure
 // before refunding, a response lost after refunding, no dedupe.
 func (s *Sim) Refund(ctx context.Context, req payment.ProviderRefundRequest) (payment.ProviderRefund, error) {
-	s.calls.add(req.IdempotencyKey, opRefund)
-	f := s.Faults()
-	if err := sleep(ctx, f.Latency); err != nil {
+	f, err := s.arrive(ctx, req.IdempotencyKey, opRefund)
+	if err != nil {
 		return payment.ProviderRefund{}, err
 	}
 	if req.IdempotencyKey == "" || len(req.IdempotencyKey) > 255 || req.Amount <= 0 || req.ChargeID == "" {
@@ -59,7 +58,7 @@ func (s *Sim) Refund(ctx context.Context, req payment.ProviderRefundRequest) (pa
 		CreatedAt:      time.UnixMilli(time.Now().UnixMilli()).UTC(),
 	}
 	var declined error
-	err := s.writer.Write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.writer.Write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if !f.NoDedupe {
 			var stored string
 			var ms int64
@@ -113,13 +112,8 @@ func (s *Sim) Refund(ctx context.Context, req payment.ProviderRefundRequest) (pa
 // LookupRefund reports the refund made under key, if any. It implements
 // payment.Provider.
 func (s *Sim) LookupRefund(ctx context.Context, req payment.RefundLookup) (payment.ProviderRefund, bool, error) {
-	s.calls.add(req.IdempotencyKey, opRefundLookup)
-	f := s.Faults()
-	if err := sleep(ctx, f.Latency); err != nil {
+	if err := s.arriveLookup(ctx, req.IdempotencyKey, opRefundLookup); err != nil {
 		return payment.ProviderRefund{}, false, err
-	}
-	if roll(f.FailLookup) {
-		return payment.ProviderRefund{}, false, ErrLookupFailed
 	}
 	r := payment.ProviderRefund{IdempotencyKey: req.IdempotencyKey}
 	var ms int64

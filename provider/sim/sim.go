@@ -173,9 +173,8 @@ func (s *Sim) Close() error {
 
 // Charge moves money once per idempotency key. It implements payment.Provider.
 func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Charge, error) {
-	s.calls.add(req.IdempotencyKey, opCharge)
-	f := s.Faults()
-	if err := sleep(ctx, f.Latency); err != nil {
+	f, err := s.arrive(ctx, req.IdempotencyKey, opCharge)
+	if err != nil {
 		return payment.Charge{}, err
 	}
 	if err := validate(req); err != nil {
@@ -236,16 +235,29 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 	return c, nil
 }
 
+// arrive is how every call reaches the simulated bank: it is counted under
+// key, then waits the latency the knobs set. It returns the knobs the call
+// runs under.
+func (s *Sim) arrive(ctx context.Context, key string, o op) (Faults, error) {
+	s.calls.add(key, o)
+	f := s.Faults()
+	return f, sleep(ctx, f.Latency)
+}
+
+// arriveLookup is arrive for a lookup, which the knobs may also fail.
+func (s *Sim) arriveLookup(ctx context.Context, key string, o op) error {
+	f, err := s.arrive(ctx, key, o)
+	if err == nil && roll(f.FailLookup) {
+		err = ErrLookupFailed
+	}
+	return err
+}
+
 // Lookup reports the charge made under key, if any. It implements
 // payment.Provider.
 func (s *Sim) Lookup(ctx context.Context, req payment.LookupRequest) (payment.Charge, bool, error) {
-	s.calls.add(req.IdempotencyKey, opLookup)
-	f := s.Faults()
-	if err := sleep(ctx, f.Latency); err != nil {
+	if err := s.arriveLookup(ctx, req.IdempotencyKey, opLookup); err != nil {
 		return payment.Charge{}, false, err
-	}
-	if roll(f.FailLookup) {
-		return payment.Charge{}, false, ErrLookupFailed
 	}
 	c, _, err := s.byKey(ctx, req.IdempotencyKey)
 	if errors.Is(err, sql.ErrNoRows) {
