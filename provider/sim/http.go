@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -54,13 +55,19 @@ func handleMethodNotAllowed(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Sim) handleLedger(w http.ResponseWriter, r *http.Request) {
-	charges, err := s.Charges(r.Context())
+	writeLedger(w, r, "charges", s.Charges)
+}
+
+// writeLedger writes what read returns as {"data":[...]}, or a problem if
+// the ledger could not be read.
+func writeLedger[T any](w http.ResponseWriter, r *http.Request, what string, read func(context.Context) ([]T, error)) {
+	rows, err := read(r.Context())
 	if err != nil {
-		slog.ErrorContext(r.Context(), "sim: list charges", "err", err)
+		slog.ErrorContext(r.Context(), "sim: list "+what, "err", err)
 		writeProblem(w, http.StatusInternalServerError, "/problems/internal", "Internal error", "The ledger could not be read.")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": charges})
+	writeJSON(w, http.StatusOK, map[string]any{"data": rows})
 }
 
 func (s *Sim) handleCalls(w http.ResponseWriter, _ *http.Request) {
@@ -130,13 +137,7 @@ func (s *Sim) handleLookup(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Sim) handleRefundLedger(w http.ResponseWriter, r *http.Request) {
-	refunds, err := s.Refunds(r.Context())
-	if err != nil {
-		slog.ErrorContext(r.Context(), "sim: list refunds", "err", err)
-		writeProblem(w, http.StatusInternalServerError, "/problems/internal", "Internal error", "The ledger could not be read.")
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": refunds})
+	writeLedger(w, r, "refunds", s.Refunds)
 }
 
 func (s *Sim) handleRefund(w http.ResponseWriter, r *http.Request) {
