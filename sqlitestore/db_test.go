@@ -8,10 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/private/privatetest"
 	"github.com/oncepay/oncepay/internal/storetest"
 	"github.com/oncepay/oncepay/payment"
 )
@@ -338,39 +338,16 @@ func TestGroupCommitOneStatementFailsAlone(t *testing.T) {
 // only, under the usual umask 022; a database left readable by others is
 // made private when opened again.
 func TestFilesPrivate(t *testing.T) {
-	defer syscall.Umask(syscall.Umask(0o022))
 	path := filepath.Join(t.TempDir(), "oncepay.db")
-	files := []string{path, path + "-wal", path + "-shm"}
-	checkModes := func(when string) {
-		t.Helper()
-		for _, p := range files {
-			fi, err := os.Stat(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if mode := fi.Mode().Perm(); mode != 0o600 {
-				t.Errorf("%s: %s mode = %o, want 600", when, filepath.Base(p), mode)
-			}
+	n := 0
+	privatetest.SQLite(t, path, func() func() {
+		db := mustOpenPath(t, path, Options{})
+		n++
+		if ok, err := db.Claim(context.Background(), newAttempt(fmt.Sprint("k", n), t0, time.Minute)); !ok || err != nil {
+			t.Fatal(ok, err)
 		}
-	}
-	db, err := Open(context.Background(), path, schemaSQL(t), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := db.Claim(context.Background(), newAttempt("k", t0, time.Minute)); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	checkModes("created")
-	db.Close()
-
-	for _, p := range files {
-		os.Chmod(p, 0o644) // the -wal and -shm may be gone after a clean close
-	}
-	db = mustOpenPath(t, path, Options{})
-	if ok, err := db.Claim(context.Background(), newAttempt("k2", t0, time.Minute)); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	checkModes("reopened")
+		return func() { db.Close() }
+	})
 }
 
 func schemaSQL(tb testing.TB) string {

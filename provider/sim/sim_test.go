@@ -6,15 +6,15 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/private/privatetest"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/sim"
 )
@@ -457,41 +457,17 @@ var paramsHashOfVisa = func() string {
 // under the usual umask 022; a ledger left readable by others is made
 // private when opened again.
 func TestLedgerPrivate(t *testing.T) {
-	defer syscall.Umask(syscall.Umask(0o022))
 	path := filepath.Join(t.TempDir(), "sim.db")
-	files := []string{path, path + "-wal", path + "-shm"}
-	checkModes := func(when string) {
-		t.Helper()
-		for _, p := range files {
-			fi, err := os.Stat(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if mode := fi.Mode().Perm(); mode != 0o600 {
-				t.Errorf("%s: %s mode = %o, want 600", when, filepath.Base(p), mode)
-			}
+	n := 0
+	privatetest.SQLite(t, path, func() func() {
+		s, err := sim.Open(path)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	s, err := sim.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Charge(context.Background(), visa("k1")); err != nil {
-		t.Fatal(err)
-	}
-	checkModes("created")
-	s.Close()
-
-	for _, p := range files {
-		os.Chmod(p, 0o644) // the -wal and -shm may be gone after a clean close
-	}
-	s, err = sim.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Charge(context.Background(), visa("k2")); err != nil {
-		t.Fatal(err)
-	}
-	checkModes("reopened")
+		n++
+		if _, err := s.Charge(context.Background(), visa(fmt.Sprint("k", n))); err != nil {
+			t.Fatal(err)
+		}
+		return func() { s.Close() }
+	})
 }
