@@ -208,7 +208,7 @@ func runCopy(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return fmt.Errorf("copy: read %s: %w", from, err)
 	}
-	dst, err := pgstore.Open(ctx, to)
+	dst, err := pgstore.Open(ctx, to, pgstore.Options{})
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ func TestCommandsOnPostgres(t *testing.T) {
 		t.Errorf("apikey list shows the secret")
 	}
 	keyID := strings.Fields(strings.Split(list, "\n")[1])[0]
-	store, err := pgstore.Open(context.Background(), db)
+	store, err := pgstore.Open(context.Background(), db, pgstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestCopyToPostgres(t *testing.T) {
 	if want := "3 attempts (2 in progress), 2 payments, 1 refunds, 1 webhook events, 2 merchants, 2 API keys, 1 settings"; !strings.Contains(out, want) {
 		t.Errorf("copy printed %q, want %q", out, want)
 	}
-	dst, err := pgstore.Open(ctx, db)
+	dst, err := pgstore.Open(ctx, db, pgstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,7 @@ type config struct {
 	lease             time.Duration
 	maxBatch          int
 	batchWait         time.Duration
+	replayCacheMB     int
 	staleAfter        time.Duration
 	retention         time.Duration
 	paymentRetention  time.Duration
@@ -61,6 +62,7 @@ func (c *config) registerStore(fs *flag.FlagSet) {
 func (c *config) registerWritePath(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxBatch, "max-batch", 256, "most writes committed together in one transaction (group commit); 1 commits each alone")
 	fs.DurationVar(&c.batchWait, "batch-wait", 0, "how long the writer waits for more writes to join a batch (0: only those already waiting)")
+	fs.IntVar(&c.replayCacheMB, "replay-cache-mb", 16, "memory (MiB) for the final answers replays are given, so a retry of a settled key reads no table; 0 keeps none")
 }
 
 func (c *config) registerProvider(fs *flag.FlagSet) {
@@ -191,9 +193,18 @@ type app struct {
 // URL, else a SQLite file.
 func (c *config) openStore(ctx context.Context) (payment.Database, error) {
 	if pgstore.IsURL(c.db) {
-		return pgstore.Open(ctx, c.db)
+		return pgstore.Open(ctx, c.db, pgstore.Options{ReplayCacheBytes: cacheBytes(c.replayCacheMB)})
 	}
-	return sqlitestore.Open(ctx, c.db, schema, sqlitestore.Options{MaxBatch: c.maxBatch, MaxWait: c.batchWait})
+	return sqlitestore.Open(ctx, c.db, schema, sqlitestore.Options{MaxBatch: c.maxBatch, MaxWait: c.batchWait,
+		ReplayCacheBytes: cacheBytes(c.replayCacheMB)})
+}
+
+// cacheBytes is --replay-cache-mb as the stores' option: negative for none.
+func cacheBytes(mb int) int {
+	if mb <= 0 {
+		return -1
+	}
+	return mb << 20
 }
 
 // dbName is --db as logs and messages may show it: without a password.

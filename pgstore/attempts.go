@@ -124,13 +124,17 @@ func (db *DB) Attempt(ctx context.Context, scope, key string) (*payment.Attempt,
 // Answer returns what a duplicate of (scope, key) is decided by: five
 // columns, not the whole attempt.
 func (db *DB) Answer(ctx context.Context, scope, key string) (*payment.Answer, error) {
+	cached, gen, err := db.answers.Get(ctx, scope, key)
+	if cached != nil || err != nil {
+		return cached, mapErr(err)
+	}
 	var (
 		a          payment.Answer
 		status     string
 		lease      *int64
 		respStatus *int32
 	)
-	err := db.pool.QueryRow(ctx, `SELECT request_hash, status, lease_expires_at, response_status, response_body
+	err = db.pool.QueryRow(ctx, `SELECT request_hash, status, lease_expires_at, response_status, response_body
 		FROM payment_attempts WHERE scope = $1 AND idempotency_key = $2`, scope, key).
 		Scan(&a.RequestHash, &status, &lease, &respStatus, &a.ResponseBody)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -143,6 +147,7 @@ func (db *DB) Answer(ctx context.Context, scope, key string) (*payment.Answer, e
 	if respStatus != nil {
 		a.ResponseStatus = int(*respStatus)
 	}
+	db.answers.Put(gen, scope, key, &a)
 	return &a, nil
 }
 
@@ -262,13 +267,41 @@ func (db *DB) CountStale(ctx context.Context, updatedBefore, now time.Time) (int
 // Purge deletes up to limit final attempts last updated before before and
 // returns how many it deleted. Attempts in progress are never deleted. Rows
 // another instance's purge is deleting are skipped, not waited for: the
-// purges of many instances share the work.
+// purges of many instances share the work. A purge that deleted any bumps
+// the purge version (the other instances' replay caches read it) and clears
+// this instance's replay cache once committed.
 func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
-	n, err := db.exec(ctx, `DELETE FROM payment_attempts WHERE (scope, idempotency_key) IN (
-		SELECT scope, idempotency_key FROM payment_attempts
-		WHERE status IN ('succeeded', 'failed') AND updated_at < $1
-		LIMIT $2 FOR UPDATE SKIP LOCKED)`, ms(before), limit)
-	return int(n), err
+	var n int64
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM payment_attempts WHERE (scope, idempotency_key) IN (
+			SELECT scope, idempotency_key FROM payment_attempts
+			WHERE status IN ('succeeded', 'failed') AND updated_at < $1
+			LIMIT $2 FOR UPDATE SKIP LOCKED)`, ms(before), limit)
+		if n = tag.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO settings (name, value) VALUES ('purge_version', '1')
+			ON CONFLICT (name) DO UPDATE SET value = (settings.value::bigint + 1)::text`)
+		return err
+	})
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	if n > 0 {
+		db.answers.Clear()
+	}
+	return int(n), nil
+}
+
+// purgeVersion is the number of purges that deleted attempts, for the
+// replay caches of every instance on this database.
+func (db *DB) purgeVersion(ctx context.Context) (int64, error) {
+	var v int64
+	err := db.pool.QueryRow(ctx, `SELECT value::bigint FROM settings WHERE name = 'purge_version'`).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
 }
 
 // InProgress returns how many attempts are in progress and when the oldest

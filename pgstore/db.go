@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/oncepay/oncepay/internal/replaycache"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -34,6 +35,18 @@ const schemaLock = 0x6f6e6365706179 // "oncepay"
 // DB is oncepay's PostgreSQL database, through a pool of connections.
 type DB struct {
 	pool *pgxpool.Pool
+	// answers are the final answers replays were given, so a replay reads
+	// no table; nil if Options.ReplayCacheBytes is negative.
+	answers *replaycache.Cache
+}
+
+// Options tune a store. The zero value is the production setting.
+type Options struct {
+	// ReplayCacheBytes bounds the memory of the final answers kept for
+	// replays (package replaycache). Default replaycache.DefaultBytes;
+	// negative keeps none. Another instance's purge is seen within
+	// replaycache.TTL.
+	ReplayCacheBytes int
 }
 
 var (
@@ -51,7 +64,7 @@ func IsURL(dsn string) bool {
 // schema. A url without pool_max_conns gets a pool of 4 connections per
 // core, at least 8; without connect_timeout, 5s, so a database that is
 // down answers 503 soon rather than holding requests.
-func Open(ctx context.Context, url string) (*DB, error) {
+func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database URL: %w", errors.New(redact(err.Error(), url)))
@@ -66,7 +79,11 @@ func Open(ctx context.Context, url string) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.ReplayCacheBytes == 0 {
+		opts.ReplayCacheBytes = replaycache.DefaultBytes
+	}
 	db := &DB{pool: pool}
+	db.answers = replaycache.New(opts.ReplayCacheBytes, db.purgeVersion, time.Now)
 	if err := db.applySchema(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("apply schema to %s@%s/%s: %w", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Database, err)

@@ -28,7 +28,7 @@ func mustOpen(tb testing.TB, maxConns int) (*DB, string) {
 	q := u.Query()
 	q.Set("pool_max_conns", strconv.Itoa(maxConns))
 	u.RawQuery = q.Encode()
-	db, err := Open(context.Background(), u.String())
+	db, err := Open(context.Background(), u.String(), Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestOpenConcurrently(t *testing.T) {
 	errs := make([]error, 6)
 	for i := range errs {
 		wg.Go(func() {
-			db, err := Open(context.Background(), url)
+			db, err := Open(context.Background(), url, Options{})
 			if err == nil {
 				db.Close()
 			}
@@ -149,7 +149,7 @@ func TestErrorsMapToUnavailable(t *testing.T) {
 		t.Fatal("Claim did not recover after the backend was killed")
 	}
 
-	down, err := Open(ctx, "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+	down, err := Open(ctx, "postgres://nobody@127.0.0.1:1/none?connect_timeout=2", Options{})
 	if err == nil {
 		down.Close()
 		t.Fatal("Open of a server that is not there succeeded")

@@ -104,13 +104,17 @@ func (db *DB) Attempt(ctx context.Context, scope, key string) (*payment.Attempt,
 }
 
 // Answer returns what a duplicate of (scope, key) is decided by: five
-// columns, not sixteen, from the read pool.
+// columns, not sixteen, from the read pool, or from memory once final.
 func (db *DB) Answer(ctx context.Context, scope, key string) (*payment.Answer, error) {
+	cached, gen, err := db.answers.Get(ctx, scope, key)
+	if cached != nil || err != nil {
+		return cached, mapErr(err)
+	}
 	var (
 		a                 payment.Answer
 		lease, respStatus sql.NullInt64
 	)
-	err := db.stmt.answer.QueryRowContext(ctx, scope, key).Scan(&a.RequestHash, &a.Status, &lease, &respStatus, &a.ResponseBody)
+	err = db.stmt.answer.QueryRowContext(ctx, scope, key).Scan(&a.RequestHash, &a.Status, &lease, &respStatus, &a.ResponseBody)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, payment.Errorf(payment.ENOTFOUND, "No such payment.")
 	}
@@ -118,6 +122,7 @@ func (db *DB) Answer(ctx context.Context, scope, key string) (*payment.Answer, e
 		return nil, mapErr(err)
 	}
 	a.LeaseExpiresAt, a.ResponseStatus = fromMS(lease), int(respStatus.Int64)
+	db.answers.Put(gen, scope, key, &a)
 	return &a, nil
 }
 
@@ -229,7 +234,9 @@ func (db *DB) CountStale(ctx context.Context, updatedBefore, now time.Time) (int
 }
 
 // Purge deletes up to limit final attempts last updated before before and
-// returns how many it deleted. Attempts in progress are never deleted.
+// returns how many it deleted. Attempts in progress are never deleted. A
+// purge that deleted any bumps the purge version (other processes' replay
+// caches read it) and clears this process's replay cache once committed.
 func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
 	var n int64
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -239,10 +246,28 @@ func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, erro
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
+		if n, err = res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO settings (name, value) VALUES ('purge_version', '1')
+			ON CONFLICT (name) DO UPDATE SET value = CAST(value AS INTEGER) + 1`)
 		return err
 	})
+	if n > 0 && err == nil {
+		db.answers.Clear()
+	}
 	return int(n), err
+}
+
+// purgeVersion is the number of purges that deleted attempts, for the
+// replay caches of every process on this file.
+func (db *DB) purgeVersion(ctx context.Context) (int64, error) {
+	var v int64
+	err := db.r.QueryRowContext(ctx, `SELECT CAST(value AS INTEGER) FROM settings WHERE name = 'purge_version'`).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
 }
 
 // InProgress returns how many attempts are in progress and when the oldest

@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/groupcommit"
 	"github.com/oncepay/oncepay/internal/private"
+	"github.com/oncepay/oncepay/internal/replaycache"
 	"github.com/oncepay/oncepay/payment"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -31,8 +32,13 @@ type Options struct {
 	// BusyTimeout is how long a write waits for another process holding the
 	// file (an operator's CLI) before failing as unavailable. Default 5s.
 	BusyTimeout time.Duration
-	// Now is the clock the view of the API keys ages by. Default time.Now.
+	// Now is the clock the view of the API keys and the replay cache age
+	// by. Default time.Now.
 	Now func() time.Time
+	// ReplayCacheBytes bounds the memory of the final answers kept for
+	// replays (package replaycache). Default replaycache.DefaultBytes;
+	// negative keeps none.
+	ReplayCacheBytes int
 }
 
 // DB is oncepay's SQLite database: one writer connection fed by a group
@@ -43,6 +49,9 @@ type DB struct {
 	dsn    string              // the writer's, for Backup
 	stmt   statements
 	keys   *keyView // the live API keys, so a request reads no table to authenticate
+	// answers are the final answers replays were given, so a replay reads
+	// no table either; nil if Options.ReplayCacheBytes is negative.
+	answers *replaycache.Cache
 }
 
 // ErrClosed is returned by writes after Close.
@@ -100,8 +109,13 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		r.Close()
 		return nil, err
 	}
-	return &DB{w: w, r: r, dsn: path + "?" + wq, stmt: stmt, keys: &keyView{now: opts.Now},
-		writer: groupcommit.New(w, groupcommit.Options{MaxBatch: opts.MaxBatch, MaxWait: opts.MaxWait})}, nil
+	db := &DB{w: w, r: r, dsn: path + "?" + wq, stmt: stmt, keys: &keyView{now: opts.Now},
+		writer: groupcommit.New(w, groupcommit.Options{MaxBatch: opts.MaxBatch, MaxWait: opts.MaxWait})}
+	if opts.ReplayCacheBytes == 0 {
+		opts.ReplayCacheBytes = replaycache.DefaultBytes
+	}
+	db.answers = replaycache.New(opts.ReplayCacheBytes, db.purgeVersion, opts.Now)
+	return db, nil
 }
 
 // Close finishes the writes already queued, then closes the database.

@@ -63,7 +63,7 @@ func Open(tb testing.TB, o Options) *Env {
 		err error
 	)
 	if o.Postgres != "" {
-		db, err = pgstore.Open(context.Background(), o.Postgres)
+		db, err = pgstore.Open(context.Background(), o.Postgres, pgstore.Options{})
 	} else {
 		db, err = sqlitestore.Open(context.Background(), filepath.Join(o.Dir, "oncepay.db"), Schema(tb), o.Store)
 	}

@@ -1,0 +1,143 @@
+package replaycache
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+// store is the database's purge version, as the cache reads it.
+type store struct {
+	v     int64
+	err   error
+	reads int
+}
+
+func (s *store) version(context.Context) (int64, error) { s.reads++; return s.v, s.err }
+
+func newCache(t *testing.T, max int) (*Cache, *store, *clock) {
+	t.Helper()
+	s, c := &store{}, &clock{t: time.Unix(1_800_000_000, 0)}
+	return New(max, s.version, c.now), s, c
+}
+
+func final(body string) *payment.Answer {
+	return &payment.Answer{RequestHash: []byte("hash"), Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte(body)}
+}
+
+func get(t *testing.T, c *Cache, key string) (*payment.Answer, uint64) {
+	t.Helper()
+	a, gen, err := c.Get(context.Background(), "mer_1", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, gen
+}
+
+func TestFinalAnswersAreKeptInProgressNot(t *testing.T) {
+	c, _, _ := newCache(t, 1<<20)
+	a, gen := get(t, c, "k1")
+	if a != nil {
+		t.Fatal("empty cache answered")
+	}
+	want := final(`{"id":"pay_1"}`)
+	c.Put(gen, "mer_1", "k1", want)
+	c.Put(gen, "mer_1", "k2", &payment.Answer{Status: payment.InProgress})
+	if a, _ := get(t, c, "k1"); a != want {
+		t.Fatalf("k1: got %v, want the answer put", a)
+	}
+	if a, _ := get(t, c, "k2"); a != nil {
+		t.Fatal("an answer in progress was cached: it changes when recorded")
+	}
+	if a, _, _ := c.Get(context.Background(), "mer_2", "k1"); a != nil {
+		t.Fatal("another scope's key answered")
+	}
+}
+
+// A Clear (a purge through this store) drops what is cached, and a Put of
+// an answer read before it is not kept: it may be the purged row.
+func TestClearDropsAndRefusesAnswersReadBefore(t *testing.T) {
+	c, _, _ := newCache(t, 1<<20)
+	_, gen := get(t, c, "k1")
+	c.Put(gen, "mer_1", "k1", final("a"))
+	_, before := get(t, c, "k2") // a read of k2 begins
+	c.Clear()
+	c.Put(before, "mer_1", "k2", final("b")) // ... and ends after the purge
+	if a, _ := get(t, c, "k1"); a != nil {
+		t.Fatal("k1 answered after Clear")
+	}
+	if a, _ := get(t, c, "k2"); a != nil {
+		t.Fatal("an answer read before Clear was cached after it")
+	}
+}
+
+// A purge by another process is seen when the version is TTL old, and not
+// before: the version is read once per TTL, not per replay.
+func TestAnotherProcesssPurgeIsSeenWithinTTL(t *testing.T) {
+	c, s, clk := newCache(t, 1<<20)
+	_, gen := get(t, c, "k1")
+	c.Put(gen, "mer_1", "k1", final("a"))
+	s.v++ // another process purged
+	clk.t = clk.t.Add(TTL - time.Millisecond)
+	if a, _ := get(t, c, "k1"); a == nil {
+		t.Fatal("the version was read again before TTL")
+	}
+	clk.t = clk.t.Add(time.Millisecond)
+	if a, _ := get(t, c, "k1"); a != nil {
+		t.Fatal("still answered TTL after another process purged")
+	}
+	if s.reads != 2 {
+		t.Fatalf("version read %d times, want 2 (first use, then after TTL)", s.reads)
+	}
+	s.err = errors.New("disk gone")
+	clk.t = clk.t.Add(TTL)
+	if _, _, err := c.Get(context.Background(), "mer_1", "k1"); err == nil {
+		t.Fatal("a failed version read was not reported")
+	}
+}
+
+// The memory bound holds: a full generation is retired, the one before it
+// dropped; a used answer moves to the newest generation.
+func TestMemoryIsBounded(t *testing.T) {
+	const max = 64 << 10
+	c, _, _ := newCache(t, max)
+	body := strings.Repeat("x", 1000)
+	for i := range 1000 {
+		_, gen := get(t, c, "k")
+		c.Put(gen, "mer_1", "key-"+string(rune('a'+i%26))+strings.Repeat("y", i/26), final(body))
+		if c.curBytes > max/2 {
+			t.Fatalf("after %d puts the newest generation holds %d bytes, over half of %d", i+1, c.curBytes, max)
+		}
+	}
+	held := 0
+	for _, m := range []map[entryKey]entry{c.cur, c.old} {
+		for _, e := range m {
+			held += e.size
+		}
+	}
+	if held > max {
+		t.Fatalf("the cache holds %d bytes, over its bound %d", held, max)
+	}
+	_, gen := get(t, c, "big")
+	c.Put(gen, "mer_1", "big", final(strings.Repeat("z", max)))
+	if a, _ := get(t, c, "big"); a != nil {
+		t.Fatal("an answer larger than an eighth of the bound was cached")
+	}
+}
+
+func TestNilCacheCachesNothing(t *testing.T) {
+	var c *Cache = New(0, nil, nil)
+	c.Put(0, "mer_1", "k1", final("a"))
+	c.Clear()
+	if a, _, err := c.Get(context.Background(), "mer_1", "k1"); a != nil || err != nil {
+		t.Fatal("a nil cache answered")
+	}
+}
