@@ -155,6 +155,14 @@ func ValidKey(k string) bool {
 // UTF-16 surrogates (decoded as U+FFFD, so two different bodies would read
 // alike).
 func checkJSON(body []byte, fields map[string]bool) error {
+	if plainJSON(body, fields) {
+		return nil
+	}
+	return walkJSON(body, fields)
+}
+
+// walkJSON is checkJSON token by token, for any body: it says what is wrong.
+func walkJSON(body []byte, fields map[string]bool) error {
 	c := &jsonChecker{dec: json.NewDecoder(bytes.NewReader(body)), body: body, fields: fields}
 	c.dec.UseNumber()
 	tok, err := c.dec.Token()

@@ -1,0 +1,52 @@
+package payment
+
+import "testing"
+
+// The fast path only ever says yes to what the token walk accepts.
+func FuzzPlainJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"amount":1000,"currency":"EUR","source":"tok_visa"}`,
+		` { "amount" : -0 , "metadata" : { "a" : "b" , "c" : null } } `,
+		`{"amount":1000,"amount":1}`,
+		`{"metadata":{"a":"1","a":"2"}}`,
+		`{"Amount":1}`,
+		`{"amount":01}`,
+		`{"amount":1.5e3}`,
+		`{"description":"a\"b"}`,
+		`{"metadata":{"a":{"b":1}}}`,
+		`{"amount":tru}`,
+		`{"amount":1}{}`,
+		`{"amount":1,}`,
+		`{,}`,
+		"{\"source\":\"a\x01\"}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, fields := range []map[string]bool{requestFields, refundFields} {
+			if !plainJSON(body, fields) {
+				continue
+			}
+			if err := walkJSON(body, fields); err != nil {
+				t.Fatalf("plainJSON accepts %q, the token walk does not: %v", body, err)
+			}
+		}
+	})
+}
+
+// Bodies as clients send them take the fast path, so a change that sends
+// them down the token walk again is seen.
+func TestPlainBodiesTakeTheFastPath(t *testing.T) {
+	for _, body := range []string{
+		`{"amount":1000,"currency":"EUR","source":"tok_visa"}`,
+		`{"amount": 1050, "currency": "usd", "source": "tok_visa", "description": "Order 42", "metadata": {"order_id": "42", "gift": "true"}}`,
+		"{\n  \"amount\": 1,\n  \"currency\": \"JPY\",\n  \"source\": \"pm_card_visa\"\n}\n",
+	} {
+		if !plainJSON([]byte(body), requestFields) {
+			t.Errorf("plainJSON(%s) = false", body)
+		}
+	}
+	if !plainJSON([]byte(`{"amount":500,"reason":"requested_by_customer"}`), refundFields) {
+		t.Error("a refund body took the slow path")
+	}
+}
