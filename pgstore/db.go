@@ -47,6 +47,8 @@ type Options struct {
 	// negative keeps none. Another instance's purge is seen within
 	// replaycache.TTL.
 	ReplayCacheBytes int
+	// Now is the clock the replay cache ages by. Default time.Now.
+	Now func() time.Time
 }
 
 var (
@@ -83,7 +85,10 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 		opts.ReplayCacheBytes = replaycache.DefaultBytes
 	}
 	db := &DB{pool: pool}
-	db.answers = replaycache.New(opts.ReplayCacheBytes, db.purgeVersion, time.Now)
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	db.answers = replaycache.New(opts.ReplayCacheBytes, db.purgeVersion, opts.Now)
 	if err := db.applySchema(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("apply schema to %s@%s/%s: %w", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Database, err)

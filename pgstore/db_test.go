@@ -28,12 +28,17 @@ func mustOpen(tb testing.TB, maxConns int) (*DB, string) {
 	q := u.Query()
 	q.Set("pool_max_conns", strconv.Itoa(maxConns))
 	u.RawQuery = q.Encode()
-	db, err := Open(context.Background(), u.String(), Options{})
+	return mustOpenURL(tb, u.String(), Options{}), url
+}
+
+func mustOpenURL(tb testing.TB, url string, opts Options) *DB {
+	tb.Helper()
+	db, err := Open(context.Background(), url, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { db.Close() })
-	return db, url
+	return db
 }
 
 // The store contract, as every store keeps it. Writes are held by table
@@ -47,6 +52,10 @@ func TestContract(t *testing.T) {
 			Store:       db,
 			HoldWrites:  func(t *testing.T) func() { return holdWrites(t, url) },
 			WaitBlocked: func(t *testing.T, n int) { waitBlocked(t, db, n) },
+			Pair: func(t *testing.T, now func() time.Time) (a, b payment.Database) {
+				url := pgtest.URL(t)
+				return mustOpenURL(t, url, Options{Now: now}), mustOpenURL(t, url, Options{Now: now})
+			},
 		}
 	})
 }

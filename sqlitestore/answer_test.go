@@ -1,11 +1,8 @@
 package sqlitestore
 
 import (
-	"path/filepath"
-
 	"bytes"
 	"context"
-	"github.com/oncepay/oncepay/internal/replaycache"
 	"testing"
 	"time"
 
@@ -48,62 +45,31 @@ func TestAnswerMatchesAttempt(t *testing.T) {
 	check("succeeded")
 }
 
-// Replays are answered from memory once final (package replaycache), and a
-// purge is seen all the same: at once when made through this store, within
-// replaycache.TTL when made by another process on the same file.
-func TestReplayCacheSeesPurges(t *testing.T) {
+// A final answer read once is answered from memory (package replaycache):
+// a row deleted behind the cache's back, by no purge, is still answered.
+// TestContract/ReplaysSeePurges has what a purge does to it.
+func TestReplaysAnsweredFromMemory(t *testing.T) {
 	ctx := context.Background()
-	now := t0
-	clock := func() time.Time { return now }
-	path := filepath.Join(t.TempDir(), "oncepay.db")
-	db := mustOpenPath(t, path, Options{Now: clock})
-	other := mustOpenPath(t, path, Options{Now: clock}) // another process
-	settle := func(key string) {
-		t.Helper()
-		a := newAttempt(key, t0, time.Minute)
+	for _, c := range []struct {
+		opts   Options
+		cached bool
+	}{{Options{}, true}, {Options{ReplayCacheBytes: -1}, false}} {
+		db := MustOpen(t, c.opts)
+		a := newAttempt("k", t0, time.Minute)
 		if ok, err := db.Claim(ctx, a); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
-		if ok, err := db.Record(ctx, "s", key, 1, payment.SucceededOutcome(*a, payment.Charge{ID: "ch_" + key}), t0); !ok || err != nil {
+		if ok, err := db.Record(ctx, "s", "k", 1, payment.SucceededOutcome(*a, payment.Charge{ID: "ch_1"}), t0); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
-		if _, err := db.Answer(ctx, "s", key); err != nil { // now cached
+		if _, err := db.Answer(ctx, "s", "k"); err != nil {
 			t.Fatal(err)
 		}
-	}
-	answered := func(key string) bool {
-		t.Helper()
-		_, err := db.Answer(ctx, "s", key)
-		if err != nil && payment.ErrorCode(err) != payment.ENOTFOUND {
+		if _, err := db.w.ExecContext(ctx, `DELETE FROM payment_attempts`); err != nil {
 			t.Fatal(err)
 		}
-		return err == nil
-	}
-
-	settle("k1")
-	// The row is gone behind the cache's back (no purge, no version): the
-	// answer comes from memory.
-	if _, err := other.w.ExecContext(ctx, `DELETE FROM payment_attempts WHERE idempotency_key = 'k1'`); err != nil {
-		t.Fatal(err)
-	}
-	if !answered("k1") {
-		t.Fatal("a final answer read once was read again: no cache")
-	}
-
-	settle("k2")
-	if n, err := db.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
-		t.Fatalf("Purge = %d, %v", n, err)
-	}
-	if answered("k2") || answered("k1") {
-		t.Fatal("answered after a purge through this store")
-	}
-
-	settle("k3")
-	if n, err := other.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
-		t.Fatalf("Purge by another process = %d, %v", n, err)
-	}
-	now = now.Add(replaycache.TTL)
-	if answered("k3") {
-		t.Fatalf("answered %s after another process purged", replaycache.TTL)
+		if _, err := db.Answer(ctx, "s", "k"); (err == nil) != c.cached {
+			t.Errorf("ReplayCacheBytes %d: Answer after the row is gone = %v, want answered %v", c.opts.ReplayCacheBytes, err, c.cached)
+		}
 	}
 }

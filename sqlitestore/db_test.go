@@ -49,6 +49,10 @@ func TestContract(t *testing.T) {
 			Store:       db,
 			HoldWrites:  func(t *testing.T) func() { return holdWriter(t, db) },
 			WaitBlocked: func(t *testing.T, n int) { waitQueued(t, db, int64(n)) },
+			Pair: func(t *testing.T, now func() time.Time) (a, b payment.Database) {
+				path := filepath.Join(t.TempDir(), "oncepay.db")
+				return mustOpenPath(t, path, Options{Now: now}), mustOpenPath(t, path, Options{Now: now})
+			},
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/replaycache"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -244,6 +245,46 @@ func testAnswer(t *testing.T, h Harness) {
 	}
 	if got, err := db.Answer(ctx, "s", "k"); payment.ErrorCode(err) != payment.ENOTFOUND {
 		t.Errorf("Answer after the key's record was purged = %+v, %v, want not found", got, err)
+	}
+}
+
+// Replays may be answered from memory once final, but a purge is seen all
+// the same: at once through the same store, within replaycache.TTL through
+// another process's.
+func testReplaysSeePurges(t *testing.T, h Harness) {
+	ctx, now := context.Background(), t0
+	db, other := h.Pair(t, func() time.Time { return now })
+	answered := func(key string) bool {
+		t.Helper()
+		_, err := db.Answer(ctx, "s", key)
+		if err != nil && payment.ErrorCode(err) != payment.ENOTFOUND {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	settle := func(key string) {
+		t.Helper()
+		paid(t, db, key)
+		if !answered(key) {
+			t.Fatalf("%s not answered once recorded", key)
+		}
+	}
+
+	settle("k1")
+	if n, err := db.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
+		t.Fatalf("Purge = %d, %v", n, err)
+	}
+	if answered("k1") {
+		t.Fatal("answered after a purge through the same store")
+	}
+
+	settle("k2")
+	if n, err := other.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
+		t.Fatalf("Purge by another process = %d, %v", n, err)
+	}
+	now = now.Add(replaycache.TTL)
+	if answered("k2") {
+		t.Fatalf("answered %s after another process purged", replaycache.TTL)
 	}
 }
 

@@ -26,6 +26,9 @@ type Harness struct {
 	HoldWrites func(t *testing.T) (release func())
 	// WaitBlocked waits until n writes are blocked by HoldWrites.
 	WaitBlocked func(t *testing.T, n int)
+	// Pair opens two more stores on one fresh database, as two processes
+	// would, both telling time by now.
+	Pair func(t *testing.T, now func() time.Time) (a, b payment.Database)
 }
 
 // Races is how many goroutines race in the race tests: a pool that lets
@@ -64,6 +67,7 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"RefundRefusals", testRefundRefusals},
 		{"PaymentsOutliveKeys", testPaymentsOutliveKeys},
 		{"Answer", testAnswer},
+		{"ReplaysSeePurges", testReplaysSeePurges},
 		{"InboxClaimRace", testInboxClaimRace},
 		{"InboxLeasesAndPurge", testInboxLeasesAndPurge},
 	} {
