@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/replaycache"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -76,6 +77,27 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// ReplayCacher is a store that keeps a replay cache.
+type ReplayCacher interface{ ReplayCacheStats() replaycache.Stats }
+
+// ReplayCache reports what a store's replay cache did, read at each scrape.
+func (m *Metrics) ReplayCache(stats func() replaycache.Stats) {
+	m.registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "oncepay_replay_cache_hits_total",
+			Help: "Retries of a settled key (and refund) answered from memory, reading no table.",
+		}, func() float64 { return float64(stats().Hits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "oncepay_replay_cache_fills_total",
+			Help: "Final answers read from the table and kept in memory for the next replay; many against few hits means --replay-cache-mb is too small for the retries.",
+		}, func() float64 { return float64(stats().Fills) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "oncepay_replay_cache_bytes",
+			Help: "Memory the kept answers take, at most --replay-cache-mb.",
+		}, func() float64 { return float64(stats().Bytes) }),
+	)
 }
 
 // Handler serves the metrics in the Prometheus text format.

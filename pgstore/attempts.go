@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/oncepay/oncepay/internal/crashpoint"
+	"github.com/oncepay/oncepay/internal/replaycache"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -292,6 +293,9 @@ func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, erro
 	}
 	return int(n), nil
 }
+
+// ReplayCacheStats returns what the replay cache did, for the metrics.
+func (db *DB) ReplayCacheStats() replaycache.Stats { return db.answers.Stats() }
 
 // purgeVersion is the number of purges that deleted attempts, for the
 // replay caches of every instance on this database.

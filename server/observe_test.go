@@ -102,10 +102,17 @@ func TestMetricsAndLogs(t *testing.T) {
 		`oncepay_provider_call_duration_seconds_count{op="charge",result="declined"}`:  1,
 		`oncepay_provider_call_duration_seconds_count{op="charge",result="unknown"}`:   1,
 		`oncepay_attempts_in_progress`: 1,
+		// The replay read the answer from the table and kept it; the reuse
+		// of the key with another body was refused from memory.
+		`oncepay_replay_cache_fills_total`: 1,
+		`oncepay_replay_cache_hits_total`:  1,
 	} {
 		if got := m[series]; got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)
 		}
+	}
+	if m["oncepay_replay_cache_bytes"] <= 0 {
+		t.Errorf("replay cache bytes = %v, want > 0: it holds the replayed answer", m["oncepay_replay_cache_bytes"])
 	}
 	if m["oncepay_attempt_in_progress_oldest_age_seconds"] <= 0 {
 		t.Errorf("oldest in-progress age = %v, want > 0", m["oncepay_attempt_in_progress_oldest_age_seconds"])
@@ -134,6 +141,9 @@ func TestMetricsAndLogs(t *testing.T) {
 	m = e.scrape(admin...)
 	if got := m[`oncepay_reconcile_attempts_total{outcome="succeeded"}`]; got != 1 {
 		t.Errorf("reconcile succeeded = %v, want 1 (the lost response was charged)", got)
+	}
+	if got := m[`oncepay_replay_cache_bytes`]; got != 0 {
+		t.Errorf("replay cache holds %v bytes after the purge, want 0", got)
 	}
 	if got := m[`oncepay_purge_deleted_total`]; got != 4 {
 		t.Errorf("purge deleted = %v, want 4 (every final attempt: created, declined, slow, reconciled)", got)

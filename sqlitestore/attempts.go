@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/crashpoint"
+	"github.com/oncepay/oncepay/internal/replaycache"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -258,6 +259,9 @@ func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, erro
 	}
 	return int(n), err
 }
+
+// ReplayCacheStats returns what the replay cache did, for the metrics.
+func (db *DB) ReplayCacheStats() replaycache.Stats { return db.answers.Stats() }
 
 // purgeVersion is the number of purges that deleted attempts, for the
 // replay caches of every process on this file.

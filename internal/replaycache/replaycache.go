@@ -41,6 +41,9 @@ type Cache struct {
 	mu       sync.Mutex
 	cur, old map[entryKey]entry // newest first; old is dropped when cur fills
 	curBytes int
+	oldBytes int
+	hits     int64
+	fills    int64
 	gen      uint64 // bumped by Clear: a Put of an answer read before is dropped
 	seen     int64  // the purge version the entries are good for
 	checked  time.Time
@@ -77,11 +80,14 @@ func (c *Cache) Get(ctx context.Context, scope, key string) (a *payment.Answer, 
 	defer c.mu.Unlock()
 	k := entryKey{scope, key}
 	if e, ok := c.cur[k]; ok {
+		c.hits++
 		return e.a, c.gen, nil
 	}
 	if e, ok := c.old[k]; ok {
 		delete(c.old, k)
+		c.oldBytes -= e.size
 		c.add(k, e)
+		c.hits++
 		return e.a, c.gen, nil
 	}
 	return nil, c.gen, nil
@@ -101,6 +107,7 @@ func (c *Cache) Put(gen uint64, scope, key string, a *payment.Answer) {
 	defer c.mu.Unlock()
 	if gen == c.gen {
 		c.add(entryKey{scope, key}, e)
+		c.fills++
 	}
 }
 
@@ -108,7 +115,8 @@ func (c *Cache) Put(gen uint64, scope, key string, a *payment.Answer) {
 // held.
 func (c *Cache) add(k entryKey, e entry) {
 	if c.curBytes+e.size > c.max/2 {
-		c.old, c.cur, c.curBytes = c.cur, make(map[entryKey]entry, len(c.cur)), 0
+		c.old, c.cur = c.cur, make(map[entryKey]entry, len(c.cur))
+		c.oldBytes, c.curBytes = c.curBytes, 0
 	}
 	c.cur[k] = e
 	c.curBytes += e.size
@@ -125,8 +133,25 @@ func (c *Cache) Clear() {
 }
 
 func (c *Cache) clear() {
-	c.cur, c.old, c.curBytes = map[entryKey]entry{}, nil, 0
+	c.cur, c.old, c.curBytes, c.oldBytes = map[entryKey]entry{}, nil, 0, 0
 	c.gen++
+}
+
+// Stats is what a cache did: replays it answered, final answers it kept,
+// and the bytes it holds now.
+type Stats struct {
+	Hits, Fills int64
+	Bytes       int
+}
+
+// Stats returns c's counters; a nil cache's are zero.
+func (c *Cache) Stats() Stats {
+	if c == nil {
+		return Stats{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{Hits: c.hits, Fills: c.fills, Bytes: c.curBytes + c.oldBytes}
 }
 
 // check reads the purge version again when the last read is TTL old, and

@@ -54,6 +54,9 @@ func TestFinalAnswersAreKeptInProgressNot(t *testing.T) {
 	if a, _ := get(t, c, "k1"); a != want {
 		t.Fatalf("k1: got %v, want the answer put", a)
 	}
+	if s := c.Stats(); s.Hits != 1 || s.Fills != 1 || s.Bytes == 0 {
+		t.Errorf("Stats = %+v, want 1 hit, 1 fill, some bytes", s)
+	}
 	if a, _ := get(t, c, "k2"); a != nil {
 		t.Fatal("an answer in progress was cached: it changes when recorded")
 	}
@@ -123,8 +126,8 @@ func TestMemoryIsBounded(t *testing.T) {
 			held += e.size
 		}
 	}
-	if held > max {
-		t.Fatalf("the cache holds %d bytes, over its bound %d", held, max)
+	if held > max || c.Stats().Bytes != held {
+		t.Fatalf("the cache holds %d bytes (Stats says %d), its bound is %d", held, c.Stats().Bytes, max)
 	}
 	_, gen := get(t, c, "big")
 	c.Put(gen, "mer_1", "big", final(strings.Repeat("z", max)))
