@@ -114,6 +114,18 @@ func TestCopyToPostgres(t *testing.T) {
 	if ok, err := src.Claim(ctx, &refund); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
+	// A payment whose key's record was purged: the key stays spent.
+	old := storetest.NewAttempt("old", now.Add(-2*time.Hour), time.Minute)
+	old.Scope = scope
+	if ok, err := src.Claim(ctx, old); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := src.Record(ctx, scope, "old", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: body, ChargeID: "ch_0"}, now.Add(-2*time.Hour)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if n, err := src.Purge(ctx, now.Add(-time.Hour), 10); n != 1 || err != nil {
+		t.Fatalf("Purge = %d, %v", n, err)
+	}
 	event := &payment.InboxEvent{Event: payment.Event{Provider: "sim", ID: "evt_1", Type: "charge.succeeded", Kind: payment.EventSucceeded, PaymentID: final.ID},
 		State: payment.EventReceived, ReceivedAt: now, UpdatedAt: now}
 	if ok, err := src.ReceiveEvent(ctx, event); !ok || err != nil {
@@ -123,7 +135,7 @@ func TestCopyToPostgres(t *testing.T) {
 
 	db := pgtest.URL(t)
 	out := runOK(t, "copy", "--from", file, "--to", db)
-	if want := "3 attempts (2 in progress), 2 payments, 1 refunds, 1 webhook events, 2 merchants, 2 API keys, 1 settings"; !strings.Contains(out, want) {
+	if want := "3 attempts (2 in progress), 3 payments, 1 refunds, 1 webhook events, 2 merchants, 2 API keys, 2 settings"; !strings.Contains(out, want) {
 		t.Errorf("copy printed %q, want %q", out, want)
 	}
 	dst, err := pgstore.Open(ctx, db, pgstore.Options{})
@@ -151,6 +163,11 @@ func TestCopyToPostgres(t *testing.T) {
 	}
 	if r, err := dst.Refunds(ctx, scope, final.ID); err != nil || len(r) != 1 || r[0].ID != refund.ID || r[0].Status != payment.InProgress {
 		t.Errorf("copied refunds = %+v, %v, want the one in progress", r, err)
+	}
+	late := storetest.NewAttempt("old", now, time.Minute)
+	late.Scope = scope
+	if ok, err := dst.Claim(ctx, late); ok || payment.ErrorCode(err) != payment.EKEYEXPIRED {
+		t.Errorf("late retry of the key purged before the copy = %v, %v, want refused as expired", ok, err)
 	}
 	if e, err := dst.InboxEvent(ctx, "sim", "evt_1"); err != nil || e.State != payment.EventReceived || e.PaymentID != final.ID {
 		t.Errorf("copied event = %+v, %v", e, err)

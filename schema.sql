@@ -41,10 +41,11 @@ CREATE INDEX IF NOT EXISTS payment_attempts_status_updated
 
 -- Payments outlive their keys: a row per payment, made by its claim and
 -- settled by its record, kept for the payment retention (default: always).
--- key_hash (SHA-256 of the Idempotency-Key) tells a late retry of a purged
--- key apart from a new payment. The refundable amount is checked and
--- reserved in one guarded UPDATE; the CHECK holds the invariant whatever
--- the code does.
+-- key_hash is the SHA-256 of its Idempotency-Key, which purge moves to
+-- expired_keys. The refundable amount is checked and reserved in one
+-- guarded UPDATE; the CHECK holds the invariant whatever the code does.
+-- No index but the id's: an index of key_hash would be a random page
+-- written by every claim (a third of a payment's write, measured).
 CREATE TABLE IF NOT EXISTS payments (
     id              TEXT    PRIMARY KEY,  -- pay_...
     scope           TEXT    NOT NULL,
@@ -59,7 +60,6 @@ CREATE TABLE IF NOT EXISTS payments (
     details         BLOB,                         -- description and metadata (JSON)
     created_at      INTEGER NOT NULL,
     updated_at      INTEGER NOT NULL,
-    UNIQUE (scope, key_hash),
     CHECK (amount_refunded >= 0 AND amount_reserved >= 0 AND amount_refunded + amount_reserved <= amount)
 );
 
@@ -76,10 +76,24 @@ CREATE TABLE IF NOT EXISTS refunds (
     failure_code       TEXT,
     details            BLOB,                 -- the reason (JSON)
     created_at         INTEGER NOT NULL,
-    updated_at         INTEGER NOT NULL,
-    UNIQUE (scope, key_hash)
+    updated_at         INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS refunds_payment ON refunds (payment_id, created_at);
+
+-- The keys whose record purge deleted while the payment or refund they made
+-- is kept: purge moves each here in the transaction that deletes its
+-- record, so a key is in payment_attempts or here, never in neither while
+-- its payment lives. A claim that wins the attempts' INSERT reads this
+-- primary key and refuses the late retry of an old intent. Deleted with the
+-- payment (the payment retention), when the key is forgotten.
+CREATE TABLE IF NOT EXISTS expired_keys (
+    scope      TEXT NOT NULL,
+    key_hash   BLOB NOT NULL,  -- SHA-256 of the Idempotency-Key: the key itself is gone
+    kind       TEXT NOT NULL CHECK (kind IN ('payment', 'refund')),
+    id         TEXT NOT NULL,  -- the payment or refund it made
+    payment_id TEXT NOT NULL,  -- its payment (a payment's own id)
+    PRIMARY KEY (scope, key_hash)
+) WITHOUT ROWID;
 
 -- Merchants: the scope of payments. A merchant keeps its idempotency keys
 -- and payments across API key rotations. A merchant made from an API key by

@@ -22,7 +22,7 @@ var ErrNotEmpty = errors.New("the target database is not empty")
 // attempts in progress belong to s's provider.
 func (db *DB) Import(ctx context.Context, s *payment.Snapshot) error {
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `LOCK TABLE payment_attempts, payments, refunds, webhook_events, merchants, api_keys, settings IN EXCLUSIVE MODE`); err != nil {
+		if _, err := tx.Exec(ctx, `LOCK TABLE payment_attempts, payments, refunds, expired_keys, webhook_events, merchants, api_keys, settings IN EXCLUSIVE MODE`); err != nil {
 			return err
 		}
 		var attempts, payments, events, merchants, keys bool
@@ -89,6 +89,16 @@ func (db *DB) Import(ctx context.Context, s *payment.Snapshot) error {
 				return []any{r.ID, r.Scope, r.PaymentID, r.KeyHash, r.Amount, r.Currency, string(r.Status),
 					nullString(r.ProviderRefundID), nullString(r.FailureCode), r.Details, ms(r.CreatedAt), ms(r.UpdatedAt)}, nil
 			})); err != nil {
+			return err
+		}
+		// expired_keys is what the attempts no longer hold: every kept
+		// payment or refund without its key's record.
+		if _, err := tx.Exec(ctx, `INSERT INTO expired_keys (scope, key_hash, kind, id, payment_id)
+			SELECT p.scope, p.key_hash, 'payment', p.id, p.id FROM payments p
+			WHERE NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = p.id)
+			UNION ALL
+			SELECT r.scope, r.key_hash, 'refund', r.id, r.payment_id FROM refunds r
+			WHERE NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = r.id)`); err != nil {
 			return err
 		}
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{"webhook_events"}, []string{"provider", "event_id", "type", "event", "payment_id",

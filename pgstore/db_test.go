@@ -184,3 +184,50 @@ func TestErrorsMapToUnavailable(t *testing.T) {
 		}
 	}
 }
+
+// A database made before expired_keys (payments and refunds told a late
+// retry by a unique (scope, key_hash)) loses those constraints at the next
+// start, and its purged keys move to expired_keys: the late retry of each
+// is still refused.
+func TestMigrateToExpiredKeys(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	db := mustOpenURL(t, url, Options{})
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	paid := storetest.NewAttempt("old", t0, time.Minute)
+	if ok, err := db.Claim(ctx, paid); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := db.Record(ctx, "s", "old", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}"), ChargeID: "ch_1"}, t0); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if n, err := db.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
+		t.Fatalf("Purge = %d, %v", n, err)
+	}
+	id := paid.ID
+	refund := payment.NewRefundAttempt("s", "old-refund", payment.RefundRequest{PaymentID: id, Amount: 100}, t0, time.Minute)
+	if ok, err := db.Claim(ctx, &refund); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	// The layout of then: the constraints, and nothing in expired_keys.
+	for _, ddl := range []string{
+		`ALTER TABLE payments ADD CONSTRAINT payments_scope_key_hash_key UNIQUE (scope, key_hash)`,
+		`ALTER TABLE refunds ADD CONSTRAINT refunds_scope_key_hash_key UNIQUE (scope, key_hash)`,
+		`DELETE FROM expired_keys`,
+		`DELETE FROM payment_attempts WHERE idempotency_key = 'old-refund'`, // as if purged since
+	} {
+		if _, err := db.pool.Exec(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db = mustOpenURL(t, url, Options{})
+	var constraints int
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM pg_constraint WHERE conname IN ('payments_scope_key_hash_key', 'refunds_scope_key_hash_key')`).Scan(&constraints); err != nil || constraints != 0 {
+		t.Errorf("constraints after the migration: %d, %v; want none", constraints, err)
+	}
+	for _, a := range []*payment.Attempt{storetest.NewAttempt("old", t0, time.Minute), storetest.NewAttempt("old-refund", t0, time.Minute)} {
+		if ok, err := db.Claim(ctx, a); ok || payment.ErrorCode(err) != payment.EKEYEXPIRED {
+			t.Errorf("late retry of %s after the migration = %v, %v, want refused as expired", a.Key, ok, err)
+		}
+	}
+}

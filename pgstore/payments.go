@@ -18,9 +18,8 @@ import (
 func refuseExpiredKey(ctx context.Context, tx pgx.Tx, a *payment.Attempt) error {
 	var kind, id, paymentID string
 	hash := payment.KeyHash(a.Key)
-	err := tx.QueryRow(ctx, `SELECT 'payment', id, id FROM payments WHERE scope = $1 AND key_hash = $2
-		UNION ALL SELECT 'refund', id, payment_id FROM refunds WHERE scope = $1 AND key_hash = $2
-		LIMIT 1`, a.Scope, hash).Scan(&kind, &id, &paymentID)
+	err := tx.QueryRow(ctx, `SELECT kind, id, payment_id FROM expired_keys WHERE scope = $1 AND key_hash = $2`,
+		a.Scope, hash).Scan(&kind, &id, &paymentID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -191,6 +190,12 @@ func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (i
 		}
 		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil || len(ids) == 0 {
+			return err
+		}
+		// Their keys are forgotten with them: a retry of one is a new payment.
+		if _, err := tx.Exec(ctx, `DELETE FROM expired_keys WHERE (scope, key_hash) IN (
+			SELECT scope, key_hash FROM payments WHERE id = ANY($1)
+			UNION ALL SELECT scope, key_hash FROM refunds WHERE payment_id = ANY($1))`, ids); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM refunds WHERE payment_id = ANY($1)`, ids); err != nil {

@@ -48,10 +48,10 @@ CREATE INDEX IF NOT EXISTS payment_attempts_status_updated
 
 -- Payments outlive their keys: a row per payment, made by its claim and
 -- settled by its record, kept for the payment retention (default: always).
--- key_hash (SHA-256 of the Idempotency-Key) tells a late retry of a purged
--- key apart from a new payment. The refundable amount is checked and
--- reserved in one guarded UPDATE; the CHECK holds the invariant whatever
--- the code does.
+-- key_hash is the SHA-256 of its Idempotency-Key, which purge moves to
+-- expired_keys. The refundable amount is checked and reserved in one
+-- guarded UPDATE; the CHECK holds the invariant whatever the code does. No
+-- index of key_hash: it would be a random page written by every claim.
 CREATE TABLE IF NOT EXISTS payments (
     id              TEXT COLLATE "C" PRIMARY KEY,  -- pay_...
     scope           TEXT COLLATE "C" NOT NULL,
@@ -66,7 +66,6 @@ CREATE TABLE IF NOT EXISTS payments (
     details         BYTEA,                        -- description and metadata (JSON)
     created_at      BIGINT  NOT NULL,
     updated_at      BIGINT  NOT NULL,
-    UNIQUE (scope, key_hash),
     CHECK (amount_refunded >= 0 AND amount_reserved >= 0 AND amount_refunded + amount_reserved <= amount)
 );
 
@@ -95,10 +94,38 @@ CREATE TABLE IF NOT EXISTS refunds (
     failure_code       TEXT,
     details            BYTEA,                 -- the reason (JSON)
     created_at         BIGINT  NOT NULL,
-    updated_at         BIGINT  NOT NULL,
-    UNIQUE (scope, key_hash)
+    updated_at         BIGINT  NOT NULL
 );
 CREATE INDEX IF NOT EXISTS refunds_payment ON refunds (payment_id, created_at);
+
+-- The keys whose record purge deleted while the payment or refund they made
+-- is kept (see schema.sql): a claim reads this primary key to refuse the
+-- late retry of an old intent.
+CREATE TABLE IF NOT EXISTS expired_keys (
+    scope      TEXT COLLATE "C" NOT NULL,
+    key_hash   BYTEA NOT NULL,
+    kind       TEXT  NOT NULL CHECK (kind IN ('payment', 'refund')),
+    id         TEXT COLLATE "C" NOT NULL,
+    payment_id TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (scope, key_hash)
+);
+
+-- A database made before expired_keys told a late retry by the unique
+-- (scope, key_hash) of payments and refunds: its purged keys move here and
+-- those constraints go. Once: the block does nothing when they are gone.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'payments_scope_key_hash_key') THEN
+        INSERT INTO expired_keys (scope, key_hash, kind, id, payment_id)
+            SELECT p.scope, p.key_hash, 'payment', p.id, p.id FROM payments p
+            WHERE NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = p.id)
+            UNION ALL
+            SELECT r.scope, r.key_hash, 'refund', r.id, r.payment_id FROM refunds r
+            WHERE NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = r.id);
+        ALTER TABLE payments DROP CONSTRAINT payments_scope_key_hash_key;
+        ALTER TABLE refunds DROP CONSTRAINT IF EXISTS refunds_scope_key_hash_key;
+    END IF;
+END $$;
 
 -- Merchants: the scope of payments, kept across API key rotations.
 CREATE TABLE IF NOT EXISTS merchants (

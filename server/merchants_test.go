@@ -63,17 +63,7 @@ func TestKeyRotationKeepsIdempotency(t *testing.T) {
 // replays byte for byte, and the attempt a crash left in progress is
 // recovered under the downstream key the provider already knows.
 func TestMigrateDatabaseMadeBeforeMerchants(t *testing.T) {
-	dir := t.TempDir()
-	for _, f := range []string{"oncepay.db", "sim.db"} {
-		b, err := os.ReadFile(filepath.Join("testdata", "made-by-d4adef9", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e := newEnv(t, envOptions{dir: dir, auth: true})
+	e := newEnv(t, envOptions{dir: testdataCopy(t, "made-by-d4adef9"), auth: true})
 	const (
 		shopA   = "opk_AFTLLA7ODHLWLBYWRVT4WL3IOQMDJSLKYI5CFVR5HSPK2YMAMDTW" // key_3lz3cthsgj2dup3w
 		shopB   = "opk_66ILDFJFU7XTS6QACFALGRLIBF5H32KPTQR4EFM6QUMTSJJXJYSR" // key_pfgr6wgogneg6rex
@@ -128,5 +118,61 @@ func TestMigrateDatabaseMadeBeforeMerchants(t *testing.T) {
 	_, rotated := e.APIKey(t, "key_3lz3cthsgj2dup3w", "rotated")
 	if r := e.pay("order-1", `{"amount":1999,"currency":"EUR","source":"tok_visa","description":"Tea","metadata":{"order":"1"}}`, "Authorization", "Bearer "+rotated); r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("order-1 with a new key of the migrated merchant = %d %s, want the replay", r.Status, r.Body)
+	}
+}
+
+// testdataCopy copies the database and simulated ledger testdata/name holds
+// (files an older oncepay made) to a fresh directory, and returns it.
+func testdataCopy(t *testing.T, name string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"oncepay.db", "sim.db"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// A database made by oncepay before expired_keys (commit ea45566: payments
+// and refunds had a unique (scope, key_hash); testdata/made-by-ea45566) opens
+// with its purged keys moved: a late retry of the purged payment key, of the
+// purged refund key, and of the refund key as a payment are each refused as
+// expired, naming what they made; the live key replays byte for byte; new
+// payments and refunds work.
+func TestMigrateDatabaseMadeBeforeExpiredKeys(t *testing.T) {
+	e := newEnv(t, envOptions{dir: testdataCopy(t, "made-by-ea45566"), auth: true})
+	const (
+		secret = "opk_2P7EZ3U3OWNUHFQTXBFJHBL5EFTQU5QSH5L5VHZITSZGCBPF7IOX"
+		paid   = "pay_HONV7TQRFCR3LSSKBLWH6KEBWU"
+		refund = "re_HONV7TSRPJVGN4SVIW7AW7VVTE"
+	)
+	auth := []string{"Authorization", "Bearer " + secret}
+	for _, tt := range []struct {
+		name string
+		r    response
+		id   string
+	}{
+		{"the purged payment key", e.pay("p-old", `{"amount":2000,"currency":"EUR","source":"tok_visa","description":"Old"}`, auth...), paid},
+		{"the purged refund key", e.refund(paid, "r-old", `{"amount":500}`, auth...), refund},
+		{"the purged refund key as a payment's", e.pay("r-old", visa, auth...), refund},
+	} {
+		if tt.r.Status != 409 || !bytes.Contains(tt.r.Body, []byte("idempotency-key-expired")) || !bytes.Contains(tt.r.Body, []byte(tt.id)) {
+			t.Errorf("%s after the migration = %d %s, want 409 idempotency-key-expired naming %s", tt.name, tt.r.Status, tt.r.Body, tt.id)
+		}
+	}
+	const live = `{"id":"pay_HONV7WHGIRSM2LUYBEDKCXTIUC","object":"payment","status":"succeeded","amount":700,"currency":"USD","charge_id":"ch_gyoao4y6thuczetoqawm4v6a","amount_refunded":0,"refunds":[],"idempotency_key":"p-new","created_at":"2026-12-01T03:37:14.994Z"}`
+	if r := e.pay("p-new", `{"amount":700,"currency":"USD","source":"tok_visa"}`, auth...); r.Status != 201 || string(bytes.TrimSpace(r.Body)) != live {
+		t.Errorf("p-new after the migration = %d %s, want the replayed %s", r.Status, r.Body, live)
+	}
+	if r := e.refund(paid, "r-new", `{"amount":1500}`, auth...); r.Status != 201 {
+		t.Errorf("a new refund of the old payment = %d %s, want 201 (1,500 of 2,000 left)", r.Status, r.Body)
+	}
+	if r := e.pay("p-3", visa, auth...); r.Status != 201 {
+		t.Errorf("a new payment = %d %s", r.Status, r.Body)
 	}
 }

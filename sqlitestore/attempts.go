@@ -235,15 +235,33 @@ func (db *DB) CountStale(ctx context.Context, updatedBefore, now time.Time) (int
 }
 
 // Purge deletes up to limit final attempts last updated before before and
-// returns how many it deleted. Attempts in progress are never deleted. A
+// returns how many it deleted, moving each key to expired_keys while its
+// payment or refund is kept. Attempts in progress are never deleted. A
 // purge that deleted any bumps the purge version (other processes' replay
 // caches read it) and clears this process's replay cache once committed.
 func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
 	var n int64
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM payment_attempts WHERE rowid IN (
-			SELECT rowid FROM payment_attempts
-			WHERE status IN ('succeeded', 'failed') AND updated_at < ? LIMIT ?)`, ms(before), limit)
+		for _, stmt := range []string{
+			`CREATE TEMP TABLE IF NOT EXISTS purged_attempts (id TEXT PRIMARY KEY)`,
+			`DELETE FROM purged_attempts`,
+		} {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_attempts SELECT id FROM payment_attempts
+			WHERE status IN ('succeeded', 'failed') AND updated_at < ? LIMIT ?`, ms(before), limit); err != nil {
+			return err
+		}
+		// Each key moves to expired_keys with its record's deletion, while
+		// the payment or refund it made is kept.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO expired_keys (scope, key_hash, kind, id, payment_id)
+			SELECT scope, key_hash, 'payment', id, id FROM payments WHERE id IN (SELECT id FROM purged_attempts)
+			UNION ALL SELECT scope, key_hash, 'refund', id, payment_id FROM refunds WHERE id IN (SELECT id FROM purged_attempts)`); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM payment_attempts WHERE id IN (SELECT id FROM purged_attempts)`)
 		if err != nil {
 			return err
 		}

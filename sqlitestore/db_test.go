@@ -427,3 +427,39 @@ func TestMigratePaymentsFromAttempts(t *testing.T) {
 		t.Errorf("the old attempt = %+v, %v; want a payment attempt", a, err)
 	}
 }
+
+// The file an oncepay with a unique (scope, key_hash) on payments and
+// refunds made (../server/testdata/made-by-ea45566: a payment and a refund
+// of it whose keys were purged, a live payment) opens without those
+// indexes, its two purged keys in expired_keys, every row kept.
+// server.TestMigrateDatabaseMadeBeforeExpiredKeys has what the API says.
+func TestMigrateToExpiredKeys(t *testing.T) {
+	b, err := os.ReadFile("../server/testdata/made-by-ea45566/oncepay.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "oncepay.db")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db := mustOpenPath(t, path, Options{})
+	var unique, payments, refunds int
+	var expired string
+	err = db.r.QueryRow(`SELECT
+		(SELECT count(*) FROM pragma_index_list('payments') WHERE origin = 'u') +
+		(SELECT count(*) FROM pragma_index_list('refunds') WHERE origin = 'u'),
+		(SELECT count(*) FROM payments), (SELECT count(*) FROM refunds),
+		(SELECT group_concat(kind || ' ' || id, ', ') FROM (SELECT kind, id FROM expired_keys ORDER BY kind))`).Scan(&unique, &payments, &refunds, &expired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unique != 0 || payments != 2 || refunds != 1 ||
+		expired != "payment pay_HONV7TQRFCR3LSSKBLWH6KEBWU, refund re_HONV7TSRPJVGN4SVIW7AW7VVTE" {
+		t.Errorf("after the migration: %d unique indexes, %d payments, %d refunds, expired keys %q; want 0, 2, 1 and the purged payment's and refund's",
+			unique, payments, refunds, expired)
+	}
+	var refundsIndex int
+	if err := db.r.QueryRow(`SELECT count(*) FROM pragma_index_list('refunds') WHERE name = 'refunds_payment'`).Scan(&refundsIndex); err != nil || refundsIndex != 1 {
+		t.Errorf("refunds_payment index: %d, %v; want it back", refundsIndex, err)
+	}
+}

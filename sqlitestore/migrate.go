@@ -37,7 +37,7 @@ DROP TABLE api_keys_v0;`
 // as it is; each step runs in one transaction, so a crash leaves the
 // database as it was before or after the step, never between.
 func migrate(ctx context.Context, w *sql.DB, schema string) error {
-	for _, step := range []func(ctx context.Context, tx *sql.Tx, schema string) error{migrateMerchants, migratePayments} {
+	for _, step := range []func(ctx context.Context, tx *sql.Tx, schema string) error{migrateMerchants, migratePayments, migrateExpiredKeys} {
 		if err := inTx(ctx, w, schema, step); err != nil {
 			return err
 		}
@@ -123,6 +123,46 @@ func migratePayments(ctx context.Context, tx *sql.Tx, schema string) error {
 		if _, err := ins.ExecContext(ctx, payment.KeyHash(r.key), r.id); err != nil {
 			return fmt.Errorf("migrate payment %s: %w", r.id, err)
 		}
+	}
+	return nil
+}
+
+// migrateExpiredKeysSQL rebuilds payments and refunds without their unique
+// (scope, key_hash), from schema.sql (applied in between), and moves the
+// keys purge deleted, whose payment or refund is kept, to expired_keys.
+const migrateExpiredKeysSQL = `
+DROP INDEX refunds_payment;
+ALTER TABLE refunds RENAME TO refunds_v1;
+ALTER TABLE payments RENAME TO payments_v1;
+%s;
+INSERT INTO payments (id, scope, key_hash, amount, currency, status, charge_id, failure_code,
+                      amount_refunded, amount_reserved, details, created_at, updated_at)
+    SELECT id, scope, key_hash, amount, currency, status, charge_id, failure_code,
+           amount_refunded, amount_reserved, details, created_at, updated_at FROM payments_v1;
+INSERT INTO refunds (id, scope, payment_id, key_hash, amount, currency, status, provider_refund_id,
+                     failure_code, details, created_at, updated_at)
+    SELECT id, scope, payment_id, key_hash, amount, currency, status, provider_refund_id,
+           failure_code, details, created_at, updated_at FROM refunds_v1;
+INSERT INTO expired_keys (scope, key_hash, kind, id, payment_id)
+    SELECT scope, key_hash, 'payment', id, id FROM payments p
+    WHERE NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = p.id)
+    UNION ALL
+    SELECT scope, key_hash, 'refund', id, payment_id FROM refunds r
+    WHERE NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = r.id);
+DROP TABLE refunds_v1;
+DROP TABLE payments_v1;`
+
+// migrateExpiredKeys brings a database whose payments and refunds told a
+// late retry of a purged key by a unique (scope, key_hash) to expired_keys:
+// the same refusal, without a random index page written by every claim.
+func migrateExpiredKeys(ctx context.Context, tx *sql.Tx, schema string) error {
+	var unique int
+	err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_index_list('payments') WHERE origin = 'u'`).Scan(&unique)
+	if err != nil || unique == 0 {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(migrateExpiredKeysSQL, schema)); err != nil {
+		return fmt.Errorf("migrate purged keys to expired_keys: %w", err)
 	}
 	return nil
 }

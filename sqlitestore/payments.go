@@ -16,7 +16,7 @@ import (
 func (db *DB) refuseExpiredKey(ctx context.Context, tx *sql.Tx, a *payment.Attempt) error {
 	var kind, id, paymentID string
 	hash := payment.KeyHash(a.Key)
-	err := tx.StmtContext(ctx, db.stmt.expiredKey).QueryRowContext(ctx, a.Scope, hash, a.Scope, hash).Scan(&kind, &id, &paymentID)
+	err := tx.StmtContext(ctx, db.stmt.expiredKey).QueryRowContext(ctx, a.Scope, hash).Scan(&kind, &id, &paymentID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
 	}
@@ -191,6 +191,12 @@ func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (i
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_payments `+victims, ms(before), limit); err != nil {
+			return err
+		}
+		// Their keys are forgotten with them: a retry of one is a new payment.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM expired_keys WHERE (scope, key_hash) IN (
+			SELECT scope, key_hash FROM payments WHERE id IN (SELECT id FROM purged_payments)
+			UNION ALL SELECT scope, key_hash FROM refunds WHERE payment_id IN (SELECT id FROM purged_payments))`); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM refunds WHERE payment_id IN (SELECT id FROM purged_payments)`); err != nil {

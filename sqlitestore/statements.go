@@ -38,9 +38,7 @@ const (
 		FROM payment_attempts WHERE scope = ? AND idempotency_key = ?`
 
 	// expiredKeySQL finds the payment or refund a purged key's record left.
-	expiredKeySQL = `SELECT 'payment', id, id FROM payments WHERE scope = ? AND key_hash = ?
-		UNION ALL SELECT 'refund', id, payment_id FROM refunds WHERE scope = ? AND key_hash = ?
-		LIMIT 1`
+	expiredKeySQL = `SELECT kind, id, payment_id FROM expired_keys WHERE scope = ? AND key_hash = ?`
 
 	createPaymentSQL = `INSERT INTO payments
 		(id, scope, key_hash, amount, currency, status, details, created_at, updated_at)

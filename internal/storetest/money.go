@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -190,8 +191,21 @@ func testPaymentsOutliveKeys(t *testing.T, h Harness) {
 	if n, err := db.PurgePayments(ctx, t0.Add(time.Hour), 10); n != 0 || err != nil {
 		t.Errorf("PurgePayments while the keys are kept = %d, %v, want 0", n, err)
 	}
-	if n, err := db.Purge(ctx, t0.Add(time.Hour), 10); n != 2 || err != nil {
-		t.Fatalf("Purge = %d, %v, want the 2 final payment attempts", n, err)
+	r1 := refundAttempt("r1", id, 100)
+	mustClaim(t, db, r1)
+	if ok, err := db.Record(ctx, "s", "r1", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}\n")}, t0); !ok || err != nil {
+		t.Fatalf("Record(r1) = %v, %v", ok, err)
+	}
+	if n, err := db.Purge(ctx, t0.Add(time.Hour), 10); n != 3 || err != nil {
+		t.Fatalf("Purge = %d, %v, want the 3 final attempts (two payments, a refund)", n, err)
+	}
+	// A purged refund key is spent too, whatever it is used for next.
+	for _, a := range []*payment.Attempt{refundAttempt("r1", id, 100), NewAttempt("r1", t0.Add(2*time.Hour), time.Minute)} {
+		ok, err := db.Claim(ctx, a)
+		var pe *payment.Error
+		if ok || payment.ErrorCode(err) != payment.EKEYEXPIRED || !errors.As(err, &pe) || pe.PaymentID != id {
+			t.Errorf("late %s under the purged refund key = %v, %v, want refused as expired naming payment %s", a.Kind, ok, err, id)
+		}
 	}
 	if p := mustPayment(t, db, id); p.Key != "" || p.Status != payment.Succeeded {
 		t.Errorf("payment after its key's purge = %+v, want kept without its key", p)
@@ -209,6 +223,9 @@ func testPaymentsOutliveKeys(t *testing.T, h Harness) {
 	if _, err := db.Payment(ctx, "s", id); payment.ErrorCode(err) != payment.ENOTFOUND {
 		t.Errorf("Payment after its purge = %v, want not found", err)
 	}
+	// Its keys are forgotten with it, its refund's too: a retry is new.
+	mustClaim(t, db, NewAttempt("pay", t0.Add(3*time.Hour), time.Minute))
+	mustClaim(t, db, NewAttempt("r1", t0.Add(3*time.Hour), time.Minute))
 	if p := mustPayment(t, db, held); p.AmountReserved != 100 {
 		t.Errorf("payment with a refund in progress = %+v, want kept", p)
 	}
