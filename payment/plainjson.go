@@ -151,3 +151,95 @@ func isNumberTail(c byte) bool {
 	return c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-' || ('0' <= c && c <= '9') ||
 		('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')
 }
+
+// plainRequest decodes body as encoding/json decodes it into a wireRequest,
+// in one pass, when plainJSON accepts it and every value has its field's
+// type (null where encoding/json leaves the field as it is). ok false
+// means "decode it the slow way", which also words any error.
+func plainRequest(body []byte) (w wireRequest, ok bool) {
+	if !plainJSON(body, requestFields) {
+		return w, false
+	}
+	ok = plainMembers(body, func(name, raw []byte) bool {
+		switch string(name) {
+		case "amount":
+			w.Amount = raw
+			return true
+		case "currency":
+			return plainString(raw, &w.Currency)
+		case "source":
+			return plainString(raw, &w.Source)
+		case "description":
+			return plainString(raw, &w.Description)
+		}
+		return plainMetadata(raw, &w.Metadata)
+	})
+	return w, ok
+}
+
+// plainMembers calls member with the name and raw value of each member of
+// obj, a plain object, until it returns false.
+func plainMembers(obj []byte, member func(name, raw []byte) bool) bool {
+	p := plainScanner{b: obj}
+	if !p.next('{') {
+		return false
+	}
+	if p.next('}') {
+		return true
+	}
+	for {
+		p.space()
+		name, ok := p.str()
+		if !ok || !p.next(':') {
+			return false
+		}
+		p.space()
+		start := p.i
+		if p.i < len(p.b) && p.b[p.i] == '{' {
+			ok = p.object(nil)
+		} else {
+			ok = p.scalar()
+		}
+		if !ok || !member(name, p.b[start:p.i]) {
+			return false
+		}
+		if p.next('}') {
+			return true
+		}
+		if !p.next(',') {
+			return false
+		}
+	}
+}
+
+// plainString sets *dst to the string raw holds; null leaves it.
+func plainString(raw []byte, dst *string) bool {
+	switch {
+	case string(raw) == "null":
+		return true
+	case raw[0] == '"':
+		*dst = string(raw[1 : len(raw)-1])
+		return true
+	}
+	return false
+}
+
+// plainMetadata sets *dst to the object of strings raw holds; null leaves it.
+func plainMetadata(raw []byte, dst *map[string]string) bool {
+	if string(raw) == "null" {
+		return true
+	}
+	if raw[0] != '{' {
+		return false
+	}
+	m := map[string]string{}
+	ok := plainMembers(raw, func(name, v []byte) bool {
+		if v[0] != '"' {
+			return false
+		}
+		m[string(name)] = string(v[1 : len(v)-1])
+		return true
+	})
+	*dst = m
+	return ok
+}

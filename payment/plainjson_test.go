@@ -1,6 +1,12 @@
 package payment
 
-import "testing"
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+	"unicode/utf8"
+)
 
 // The fast path only ever says yes to what the token walk accepts.
 func FuzzPlainJSON(f *testing.F) {
@@ -46,7 +52,46 @@ func TestPlainBodiesTakeTheFastPath(t *testing.T) {
 			t.Errorf("plainJSON(%s) = false", body)
 		}
 	}
+	if _, ok := plainRequest([]byte(`{"amount":1000,"currency":"EUR","source":"tok_visa","metadata":{"order":"42"}}`)); !ok {
+		t.Error("a payment body is decoded the slow way")
+	}
 	if !plainJSON([]byte(`{"amount":500,"reason":"requested_by_customer"}`), refundFields) {
 		t.Error("a refund body took the slow path")
 	}
+}
+
+// The one-pass decode of a plain body is encoding/json's decode of it, or
+// declines.
+func FuzzPlainRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"amount":1000,"currency":"EUR","source":"tok_visa"}`,
+		`{"amount":null,"currency":null,"source":"x","description":"d","metadata":{}}`,
+		`{"amount":"1","currency":1,"metadata":{"a":"1","b":"2"}}`,
+		`{"metadata":null,"description":true}`,
+		`{"metadata":{"a":null}}`,
+		`{"metadata":{"a":1}}`,
+		`{"metadata":"x"}`,
+		`{"amount":{},"source":{}}`,
+		`{}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !utf8.Valid(body) {
+			return
+		}
+		fast, ok := plainRequest(body)
+		if !ok {
+			return
+		}
+		var slow wireRequest
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&slow); err != nil {
+			t.Fatalf("plainRequest decodes %q, encoding/json refuses it: %v", body, err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("plainRequest(%q) = %+v, encoding/json %+v", body, fast, slow)
+		}
+	})
 }

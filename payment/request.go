@@ -54,6 +54,9 @@ func ParseRequest(body []byte) (Request, error) {
 	if !utf8.Valid(body) {
 		return Request{}, Errorf(EINVALID, "The body is not valid UTF-8.")
 	}
+	if w, ok := plainRequest(body); ok {
+		return w.validate()
+	}
 	if err := checkJSON(body, requestFields); err != nil {
 		return Request{}, err
 	}
