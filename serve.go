@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/batchlog"
 	"github.com/oncepay/oncepay/metrics"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/pgstore"
@@ -330,9 +331,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := cfg.readAdminToken(!demo); err != nil {
 		return err
 	}
-	var handler slog.Handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel})
+	// A line per request: written in batches, not a system call each.
+	logs := batchlog.New(stderr)
+	defer logs.Close()
+	var handler slog.Handler = slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: cfg.logLevel})
 	if demo {
-		handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel})
+		handler = slog.NewTextHandler(logs, &slog.HandlerOptions{Level: cfg.logLevel})
 	}
 	log := slog.New(handler)
 

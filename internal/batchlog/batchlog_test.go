@@ -1,0 +1,120 @@
+package batchlog
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// out records what was written and with how many calls; gate, if set,
+// holds every call until it is closed.
+type out struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	calls int
+	gate  chan struct{}
+}
+
+func (o *out) Write(p []byte) (int, error) {
+	if o.gate != nil {
+		<-o.gate
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.calls++
+	return o.buf.Write(p)
+}
+
+func (o *out) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// Lines from many goroutines are each written once, whole, each
+// goroutine's in its order, and Close writes what still waits.
+func TestEveryLineOnceInOrder(t *testing.T) {
+	o := &out{}
+	w := New(o)
+	const writers, lines = 8, 500
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Go(func() {
+			for i := range lines {
+				fmt.Fprintf(w, "g%d line %d\n", g, i)
+			}
+		})
+	}
+	wg.Wait()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	next := map[string]int{}
+	got := strings.Split(strings.TrimSuffix(o.String(), "\n"), "\n")
+	for _, l := range got {
+		var g string
+		var i int
+		if _, err := fmt.Sscanf(l, "%s line %d", &g, &i); err != nil || i != next[g] {
+			t.Fatalf("line %q: want %s line %d", l, g, next[g])
+		}
+		next[g]++
+	}
+	if len(got) != writers*lines {
+		t.Fatalf("%d lines written, want %d", len(got), writers*lines)
+	}
+	fmt.Fprintln(w, "after close")
+	if !strings.HasSuffix(o.String(), "after close\n") {
+		t.Error("a line written after Close was not written")
+	}
+}
+
+// While a write is under way the lines that come meanwhile wait, and go
+// out together in the next call: one call per batch, not per line.
+func TestLinesWrittenInBatches(t *testing.T) {
+	o := &out{gate: make(chan struct{})}
+	w := New(o)
+	fmt.Fprintln(w, "first") // the goroutine takes it and blocks in the gate
+	time.Sleep(20 * time.Millisecond)
+	for i := range 100 {
+		fmt.Fprintln(w, "line", i)
+	}
+	close(o.gate)
+	w.Close()
+	if o.calls > 3 || !strings.Contains(o.String(), "line 99\n") {
+		t.Errorf("101 lines in %d calls, want at most 3 (the first, the batch that waited)", o.calls)
+	}
+}
+
+// An output that does not take lines bounds what waits: past MaxPending a
+// Write waits for the output.
+func TestStuckOutputBoundsMemory(t *testing.T) {
+	o := &out{gate: make(chan struct{})}
+	w := New(o)
+	line := []byte(strings.Repeat("x", 1023) + "\n")
+	returned := make(chan int)
+	go func() {
+		n := 0
+		for n <= 2*MaxPending {
+			w.Write(line)
+			n += len(line)
+		}
+		returned <- n
+	}()
+	select {
+	case n := <-returned:
+		t.Fatalf("%d bytes accepted while the output was stuck, want Write to wait past %d", n, MaxPending)
+	case <-time.After(200 * time.Millisecond):
+	}
+	w.mu.Lock()
+	pending := len(w.pending)
+	w.mu.Unlock()
+	if pending > MaxPending+len(line) {
+		t.Errorf("%d bytes waiting, over MaxPending", pending)
+	}
+	close(o.gate)
+	<-returned
+	w.Close()
+}
