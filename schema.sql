@@ -81,19 +81,29 @@ CREATE TABLE IF NOT EXISTS refunds (
 CREATE INDEX IF NOT EXISTS refunds_payment ON refunds (payment_id, created_at);
 
 -- The keys whose record purge deleted while the payment or refund they made
--- is kept: purge moves each here in the transaction that deletes its
--- record, so a key is in payment_attempts or here, never in neither while
--- its payment lives. A claim that wins the attempts' INSERT reads this
--- primary key and refuses the late retry of an old intent. Deleted with the
--- payment (the payment retention), when the key is forgotten.
+-- is kept. The trigger below moves each key here in the transaction that
+-- deletes its record, whatever code deletes it (an older binary's purge
+-- too), so a key is in payment_attempts or here, never in neither while its
+-- payment lives. A claim that wins the attempts' INSERT reads this primary
+-- key and refuses the late retry of an old intent. Deleted with the payment
+-- (the payment retention), when the key is forgotten.
 CREATE TABLE IF NOT EXISTS expired_keys (
     scope      TEXT NOT NULL,
     key_hash   BLOB NOT NULL,  -- SHA-256 of the Idempotency-Key: the key itself is gone
     kind       TEXT NOT NULL CHECK (kind IN ('payment', 'refund')),
     id         TEXT NOT NULL,  -- the payment or refund it made
-    payment_id TEXT NOT NULL,  -- its payment (a payment's own id)
+    payment_id TEXT NOT NULL REFERENCES payments (id) ON DELETE CASCADE,  -- its payment (a payment's own id)
     PRIMARY KEY (scope, key_hash)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS expired_keys_payment ON expired_keys (payment_id);
+
+CREATE TRIGGER IF NOT EXISTS payment_attempts_expire AFTER DELETE ON payment_attempts
+BEGIN
+    INSERT INTO expired_keys (scope, key_hash, kind, id, payment_id)
+        SELECT scope, key_hash, 'payment', id, id FROM payments WHERE id = OLD.id AND OLD.kind = 'payment'
+        UNION ALL
+        SELECT scope, key_hash, 'refund', id, payment_id FROM refunds WHERE id = OLD.id AND OLD.kind = 'refund';
+END;
 
 -- Merchants: the scope of payments. A merchant keeps its idempotency keys
 -- and payments across API key rotations. A merchant made from an API key by

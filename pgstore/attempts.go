@@ -273,34 +273,25 @@ func (db *DB) CountStale(ctx context.Context, updatedBefore, now time.Time) (int
 // the purge version (the other instances' replay caches read it) and clears
 // this instance's replay cache once committed.
 func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
-	var n int64
+	var n, version int64
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		// Each key moves to expired_keys with its record's deletion, while
-		// the payment or refund it made is kept.
-		err := tx.QueryRow(ctx, `WITH gone AS (
-			DELETE FROM payment_attempts WHERE (scope, idempotency_key) IN (
-				SELECT scope, idempotency_key FROM payment_attempts
-				WHERE status IN ('succeeded', 'failed') AND updated_at < $1
-				LIMIT $2 FOR UPDATE SKIP LOCKED)
-			RETURNING id
-		), kept AS (
-			INSERT INTO expired_keys (scope, key_hash, kind, id, payment_id)
-			SELECT scope, key_hash, 'payment', id, id FROM payments WHERE id IN (SELECT id FROM gone)
-			UNION ALL SELECT scope, key_hash, 'refund', id, payment_id FROM refunds WHERE id IN (SELECT id FROM gone)
-		)
-		SELECT count(*) FROM gone`, ms(before), limit).Scan(&n)
-		if err != nil || n == 0 {
+		// The trigger payment_attempts_expire moves each key to expired_keys.
+		tag, err := tx.Exec(ctx, `DELETE FROM payment_attempts WHERE (scope, idempotency_key) IN (
+			SELECT scope, idempotency_key FROM payment_attempts
+			WHERE status IN ('succeeded', 'failed') AND updated_at < $1
+			LIMIT $2 FOR UPDATE SKIP LOCKED)`, ms(before), limit)
+		if n = tag.RowsAffected(); err != nil || n == 0 {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO settings (name, value) VALUES ('purge_version', '1')
-			ON CONFLICT (name) DO UPDATE SET value = (settings.value::bigint + 1)::text`)
-		return err
+		return tx.QueryRow(ctx, `INSERT INTO settings (name, value) VALUES ('purge_version', '1')
+			ON CONFLICT (name) DO UPDATE SET value = (settings.value::bigint + 1)::text
+			RETURNING value::bigint`).Scan(&version)
 	})
 	if err != nil {
 		return 0, mapErr(err)
 	}
 	if n > 0 {
-		db.answers.Clear()
+		db.answers.Clear(version)
 	}
 	return int(n), nil
 }

@@ -56,6 +56,11 @@ func TestContract(t *testing.T) {
 				url := pgtest.URL(t)
 				return mustOpenURL(t, url, Options{Now: now}), mustOpenURL(t, url, Options{Now: now})
 			},
+			Exec: func(t *testing.T, sql string) {
+				if _, err := db.pool.Exec(context.Background(), sql); err != nil {
+					t.Fatal(err)
+				}
+			},
 		}
 	})
 }
@@ -209,12 +214,14 @@ func TestMigrateToExpiredKeys(t *testing.T) {
 	if ok, err := db.Claim(ctx, &refund); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	// The layout of then: the constraints, and nothing in expired_keys.
+	// The layout of then: the constraints, no trigger, nothing in
+	// expired_keys, and the refund's key purged too.
 	for _, ddl := range []string{
+		`DELETE FROM payment_attempts WHERE idempotency_key = 'old-refund'`,
+		`DROP TRIGGER payment_attempts_expire ON payment_attempts`,
+		`DELETE FROM expired_keys`,
 		`ALTER TABLE payments ADD CONSTRAINT payments_scope_key_hash_key UNIQUE (scope, key_hash)`,
 		`ALTER TABLE refunds ADD CONSTRAINT refunds_scope_key_hash_key UNIQUE (scope, key_hash)`,
-		`DELETE FROM expired_keys`,
-		`DELETE FROM payment_attempts WHERE idempotency_key = 'old-refund'`, // as if purged since
 	} {
 		if _, err := db.pool.Exec(ctx, ddl); err != nil {
 			t.Fatal(err)
@@ -228,6 +235,62 @@ func TestMigrateToExpiredKeys(t *testing.T) {
 	for _, a := range []*payment.Attempt{storetest.NewAttempt("old", t0, time.Minute), storetest.NewAttempt("old-refund", t0, time.Minute)} {
 		if ok, err := db.Claim(ctx, a); ok || payment.ErrorCode(err) != payment.EKEYEXPIRED {
 			t.Errorf("late retry of %s after the migration = %v, %v, want refused as expired", a.Key, ok, err)
+		}
+	}
+}
+
+// One instance purges a refund's key while another purges the refund's
+// payment: the key's expired_keys row never outlives the payment (which
+// would refuse the key forever, naming a refund that is gone). The first
+// instance's transaction is held open after its DELETE; the other's purge
+// skips the payment it references, and takes it, key and all, once that
+// transaction commits.
+func TestPurgeOfARefundKeyRacingItsPaymentsPurge(t *testing.T) {
+	ctx := context.Background()
+	db, url := mustOpen(t, 8)
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	settle := func(a *payment.Attempt, at time.Time) {
+		t.Helper()
+		a.CreatedAt, a.UpdatedAt = at, at
+		if ok, err := db.Claim(ctx, a); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if ok, err := db.Record(ctx, "s", a.Key, 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}")}, at); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	paid := storetest.NewAttempt("pay", t0, time.Minute)
+	settle(paid, t0)
+	refund := payment.NewRefundAttempt("s", "ref", payment.RefundRequest{PaymentID: paid.ID, Amount: 100}, t0, time.Minute)
+	settle(&refund, t0.Add(time.Hour))
+	if n, err := db.Purge(ctx, t0.Add(time.Minute), 10); n != 1 || err != nil { // the payment's key only
+		t.Fatalf("Purge = %d, %v", n, err)
+	}
+
+	other, err := pgx.Connect(ctx, url) // the first instance's purge, in flight
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	tx, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM payment_attempts WHERE idempotency_key = 'ref'`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.PurgePayments(ctx, t0.Add(2*time.Hour), 10); n != 0 || err != nil {
+		t.Fatalf("PurgePayments while the refund key's purge is in flight = %d, %v, want 0: skipped", n, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.PurgePayments(ctx, t0.Add(2*time.Hour), 10); n != 1 || err != nil {
+		t.Fatalf("PurgePayments after = %d, %v, want 1", n, err)
+	}
+	for _, key := range []string{"pay", "ref"} {
+		if ok, err := db.Claim(ctx, storetest.NewAttempt(key, t0.Add(3*time.Hour), time.Minute)); !ok || err != nil {
+			t.Errorf("Claim(%s) after its payment's purge = %v, %v, want a new payment: the key forgotten", key, ok, err)
 		}
 	}
 }

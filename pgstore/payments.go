@@ -192,12 +192,8 @@ func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (i
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		// Their keys are forgotten with them: a retry of one is a new payment.
-		if _, err := tx.Exec(ctx, `DELETE FROM expired_keys WHERE (scope, key_hash) IN (
-			SELECT scope, key_hash FROM payments WHERE id = ANY($1)
-			UNION ALL SELECT scope, key_hash FROM refunds WHERE payment_id = ANY($1))`, ids); err != nil {
-			return err
-		}
+		// Their keys are forgotten with them (the foreign key of
+		// expired_keys deletes them): a retry of one is a new payment.
 		if _, err := tx.Exec(ctx, `DELETE FROM refunds WHERE payment_id = ANY($1)`, ids); err != nil {
 			return err
 		}

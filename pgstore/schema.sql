@@ -99,16 +99,31 @@ CREATE TABLE IF NOT EXISTS refunds (
 CREATE INDEX IF NOT EXISTS refunds_payment ON refunds (payment_id, created_at);
 
 -- The keys whose record purge deleted while the payment or refund they made
--- is kept (see schema.sql): a claim reads this primary key to refuse the
--- late retry of an old intent.
+-- is kept, moved here by the trigger below whatever code deletes the record
+-- (see schema.sql): a claim reads this primary key to refuse the late retry
+-- of an old intent. The foreign key deletes them with their payment, even
+-- when one instance purges a refund's key while another purges its payment.
 CREATE TABLE IF NOT EXISTS expired_keys (
     scope      TEXT COLLATE "C" NOT NULL,
     key_hash   BYTEA NOT NULL,
     kind       TEXT  NOT NULL CHECK (kind IN ('payment', 'refund')),
     id         TEXT COLLATE "C" NOT NULL,
-    payment_id TEXT COLLATE "C" NOT NULL,
+    payment_id TEXT COLLATE "C" NOT NULL REFERENCES payments (id) ON DELETE CASCADE,
     PRIMARY KEY (scope, key_hash)
 );
+CREATE INDEX IF NOT EXISTS expired_keys_payment ON expired_keys (payment_id);
+
+CREATE OR REPLACE FUNCTION payment_attempts_expire() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO expired_keys (scope, key_hash, kind, id, payment_id)
+        SELECT scope, key_hash, 'payment', id, id FROM payments WHERE id = OLD.id AND OLD.kind = 'payment'
+        UNION ALL
+        SELECT scope, key_hash, 'refund', id, payment_id FROM refunds WHERE id = OLD.id AND OLD.kind = 'refund';
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS payment_attempts_expire ON payment_attempts;
+CREATE TRIGGER payment_attempts_expire AFTER DELETE ON payment_attempts
+    FOR EACH ROW EXECUTE FUNCTION payment_attempts_expire();
 
 -- A database made before expired_keys told a late retry by the unique
 -- (scope, key_hash) of payments and refunds: its purged keys move here and

@@ -240,7 +240,7 @@ func (db *DB) CountStale(ctx context.Context, updatedBefore, now time.Time) (int
 // purge that deleted any bumps the purge version (other processes' replay
 // caches read it) and clears this process's replay cache once committed.
 func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
-	var n int64
+	var n, version int64
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		for _, stmt := range []string{
 			`CREATE TEMP TABLE IF NOT EXISTS purged_attempts (id TEXT PRIMARY KEY)`,
@@ -254,13 +254,7 @@ func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, erro
 			WHERE status IN ('succeeded', 'failed') AND updated_at < ? LIMIT ?`, ms(before), limit); err != nil {
 			return err
 		}
-		// Each key moves to expired_keys with its record's deletion, while
-		// the payment or refund it made is kept.
-		if _, err := tx.ExecContext(ctx, `INSERT INTO expired_keys (scope, key_hash, kind, id, payment_id)
-			SELECT scope, key_hash, 'payment', id, id FROM payments WHERE id IN (SELECT id FROM purged_attempts)
-			UNION ALL SELECT scope, key_hash, 'refund', id, payment_id FROM refunds WHERE id IN (SELECT id FROM purged_attempts)`); err != nil {
-			return err
-		}
+		// The trigger payment_attempts_expire moves each key to expired_keys.
 		res, err := tx.ExecContext(ctx, `DELETE FROM payment_attempts WHERE id IN (SELECT id FROM purged_attempts)`)
 		if err != nil {
 			return err
@@ -268,12 +262,12 @@ func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, erro
 		if n, err = res.RowsAffected(); err != nil || n == 0 {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO settings (name, value) VALUES ('purge_version', '1')
-			ON CONFLICT (name) DO UPDATE SET value = CAST(value AS INTEGER) + 1`)
-		return err
+		return tx.QueryRowContext(ctx, `INSERT INTO settings (name, value) VALUES ('purge_version', '1')
+			ON CONFLICT (name) DO UPDATE SET value = CAST(value AS INTEGER) + 1
+			RETURNING CAST(value AS INTEGER)`).Scan(&version)
 	})
 	if n > 0 && err == nil {
-		db.answers.Clear()
+		db.answers.Clear(version)
 	}
 	return int(n), err
 }

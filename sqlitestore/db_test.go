@@ -53,6 +53,11 @@ func TestContract(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "oncepay.db")
 				return mustOpenPath(t, path, Options{Now: now}), mustOpenPath(t, path, Options{Now: now})
 			},
+			Exec: func(t *testing.T, sql string) {
+				if _, err := db.w.Exec(sql); err != nil {
+					t.Fatal(err)
+				}
+			},
 		}
 	})
 }

@@ -194,9 +194,7 @@ func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (i
 			return err
 		}
 		// Their keys are forgotten with them: a retry of one is a new payment.
-		if _, err := tx.ExecContext(ctx, `DELETE FROM expired_keys WHERE (scope, key_hash) IN (
-			SELECT scope, key_hash FROM payments WHERE id IN (SELECT id FROM purged_payments)
-			UNION ALL SELECT scope, key_hash FROM refunds WHERE payment_id IN (SELECT id FROM purged_payments))`); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM expired_keys WHERE payment_id IN (SELECT id FROM purged_payments)`); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM refunds WHERE payment_id IN (SELECT id FROM purged_payments)`); err != nil {

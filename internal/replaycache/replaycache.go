@@ -111,9 +111,17 @@ func (c *Cache) Put(gen uint64, scope, key string, a *payment.Answer) {
 	}
 }
 
-// add puts e in the newest generation, first retiring it if full. c.mu is
-// held.
+// add puts e in the newest generation, in place of any answer k has (many
+// replays of one key may miss at once), first retiring the generation if
+// full. c.mu is held.
 func (c *Cache) add(k entryKey, e entry) {
+	if prev, ok := c.cur[k]; ok {
+		delete(c.cur, k)
+		c.curBytes -= prev.size
+	} else if prev, ok := c.old[k]; ok {
+		delete(c.old, k)
+		c.oldBytes -= prev.size
+	}
 	if c.curBytes+e.size > c.max/2 {
 		c.old, c.cur = c.cur, make(map[entryKey]entry, len(c.cur))
 		c.oldBytes, c.curBytes = c.curBytes, 0
@@ -122,14 +130,17 @@ func (c *Cache) add(k entryKey, e entry) {
 	c.curBytes += e.size
 }
 
-// Clear drops every answer. The store calls it after a purge commits.
-func (c *Cache) Clear() {
+// Clear drops every answer. The store calls it after a purge commits, with
+// the purge version that purge left: a version read later is compared with
+// it, so another process's purge after this one is still seen.
+func (c *Cache) Clear(version int64) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.clear()
+	c.seen = max(c.seen, version)
 }
 
 func (c *Cache) clear() {

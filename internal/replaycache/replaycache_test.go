@@ -72,7 +72,7 @@ func TestClearDropsAndRefusesAnswersReadBefore(t *testing.T) {
 	_, gen := get(t, c, "k1")
 	c.Put(gen, "mer_1", "k1", final("a"))
 	_, before := get(t, c, "k2") // a read of k2 begins
-	c.Clear()
+	c.Clear(1)
 	c.Put(before, "mer_1", "k2", final("b")) // ... and ends after the purge
 	if a, _ := get(t, c, "k1"); a != nil {
 		t.Fatal("k1 answered after Clear")
@@ -136,10 +136,45 @@ func TestMemoryIsBounded(t *testing.T) {
 	}
 }
 
+// Many replays of one key that miss at once each put its answer: it is
+// held, and counted, once.
+func TestOneKeyPutManyTimesIsHeldOnce(t *testing.T) {
+	c, _, _ := newCache(t, 1<<20)
+	_, gen := get(t, c, "k1")
+	c.Put(gen, "mer_1", "k1", final("a"))
+	once := c.Stats().Bytes
+	for range 100 {
+		c.Put(gen, "mer_1", "k1", final("a"))
+	}
+	if got := c.Stats().Bytes; got != once {
+		t.Errorf("after 101 puts of one key the cache holds %d bytes, want %d", got, once)
+	}
+}
+
+// A Clear records the version its purge left: a later purge by another
+// process is seen, this one's own is not taken for another's.
+func TestClearRemembersItsPurgesVersion(t *testing.T) {
+	c, s, clk := newCache(t, 1<<20)
+	get(t, c, "k1")
+	s.v = 1 // this process purged
+	c.Clear(1)
+	_, gen := get(t, c, "k1")
+	c.Put(gen, "mer_1", "k1", final("a"))
+	clk.t = clk.t.Add(TTL)
+	if a, _ := get(t, c, "k1"); a == nil {
+		t.Fatal("this process's own purge, read back from the database, cleared the cache again")
+	}
+	s.v = 2 // another process purged
+	clk.t = clk.t.Add(TTL)
+	if a, _ := get(t, c, "k1"); a != nil {
+		t.Fatal("another process's purge after this one's was not seen")
+	}
+}
+
 func TestNilCacheCachesNothing(t *testing.T) {
 	var c *Cache = New(0, nil, nil)
 	c.Put(0, "mer_1", "k1", final("a"))
-	c.Clear()
+	c.Clear(1)
 	if a, _, err := c.Get(context.Background(), "mer_1", "k1"); a != nil || err != nil {
 		t.Fatal("a nil cache answered")
 	}

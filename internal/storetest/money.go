@@ -265,6 +265,19 @@ func testAnswer(t *testing.T, h Harness) {
 	}
 }
 
+// A key's record deleted by any code, not only this store's purge (an
+// older binary's purge during an upgrade, an operator), leaves the key
+// spent all the same: the database's trigger moves it to expired_keys.
+func testKeyExpiresWhateverDeletesItsRecord(t *testing.T, h Harness) {
+	id := paid(t, h.Store, "k")
+	h.Exec(t, `DELETE FROM payment_attempts WHERE idempotency_key = 'k'`)
+	ok, err := h.Store.Claim(context.Background(), NewAttempt("k", t0.Add(time.Hour), time.Minute))
+	var pe *payment.Error
+	if ok || payment.ErrorCode(err) != payment.EKEYEXPIRED || !errors.As(err, &pe) || pe.PaymentID != id {
+		t.Errorf("late retry of a key whose record was deleted behind the store = %v, %v, want refused as expired naming %s", ok, err, id)
+	}
+}
+
 // Replays may be answered from memory once final, but a purge is seen all
 // the same: at once through the same store, within replaycache.TTL through
 // another process's.

@@ -29,6 +29,9 @@ type Harness struct {
 	// Pair opens two more stores on one fresh database, as two processes
 	// would, both telling time by now.
 	Pair func(t *testing.T, now func() time.Time) (a, b payment.Database)
+	// Exec runs sql on Store's database as another program would: an
+	// older binary, an operator.
+	Exec func(t *testing.T, sql string)
 }
 
 // Races is how many goroutines race in the race tests: a pool that lets
@@ -66,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"RecordSettlesRefunds", testRecordSettlesRefunds},
 		{"RefundRefusals", testRefundRefusals},
 		{"PaymentsOutliveKeys", testPaymentsOutliveKeys},
+		{"KeyExpiresWhateverDeletesItsRecord", testKeyExpiresWhateverDeletesItsRecord},
 		{"Answer", testAnswer},
 		{"ReplaysSeePurges", testReplaysSeePurges},
 		{"InboxClaimRace", testInboxClaimRace},
