@@ -26,11 +26,19 @@ const (
 	opRefundLookup
 )
 
-// callLog counts calls by key since the provider was opened. It lives in
-// memory: the ledger is the bank's record, the calls are the test's.
+// MaxCallKeys bounds the call log: the calls of the keys called most
+// recently first, older keys forgotten, so a provider that runs for days
+// (a demo, a benchmark) holds a bounded amount of memory.
+const MaxCallKeys = 100_000
+
+// callLog counts calls by key since the provider was opened, for the last
+// MaxCallKeys keys first called. It lives in memory: the ledger is the
+// bank's record, the calls are the test's.
 type callLog struct {
 	mu    sync.Mutex
 	byKey map[string]*Calls
+	order []string // keys in the order first called, a ring of MaxCallKeys
+	next  int      // where the next new key goes in order
 }
 
 func (l *callLog) add(key string, o op) {
@@ -41,6 +49,13 @@ func (l *callLog) add(key string, o op) {
 		if l.byKey == nil {
 			l.byKey = map[string]*Calls{}
 		}
+		if len(l.order) < MaxCallKeys {
+			l.order = append(l.order, key)
+		} else {
+			delete(l.byKey, l.order[l.next])
+			l.order[l.next] = key
+		}
+		l.next = (l.next + 1) % MaxCallKeys
 		c = &Calls{IdempotencyKey: key}
 		l.byKey[key] = c
 	}
@@ -57,7 +72,7 @@ func (l *callLog) add(key string, o op) {
 }
 
 // Calls returns the calls received since the provider was opened, by key,
-// in key order.
+// in key order: of the last MaxCallKeys keys first called.
 func (s *Sim) Calls() []Calls {
 	s.calls.mu.Lock()
 	all := make([]Calls, 0, len(s.calls.byKey))

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -200,7 +201,7 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 
 	hash := paramsHash(req)
 	c := payment.Charge{
-		ID:             "ch_" + strings.ToLower(crand.Text()[:24]),
+		ID:             "ch_" + strings.ToLower(strconv.FormatInt(time.Now().UnixMicro(), 36)+crand.Text()[:13]),
 		IdempotencyKey: req.IdempotencyKey,
 		Amount:         req.Amount,
 		Currency:       req.Currency,
