@@ -29,9 +29,10 @@ out=${MUTATE_OUT:-mutation}
 mkdir -p "$out"
 for pkg in "${@:-payment sqlitestore server}"; do
   for p in $pkg; do
+    name=${p//\//-} # internal/replaycache -> internal-replaycache
     "$gremlins" unleash "${mode[@]}" --workers 1 --timeout-coefficient 30 \
-      --output "$out/$p.json" "./$p" >"$out/$p.log" 2>&1 || true
-    printf '%-12s %s\n' "$p" "$(grep -E '^(Killed|Test efficacy|Mutator coverage)' "$out/$p.log" | tr '\n' ' ')"
-    grep -E 'LIVED' "$out/$p.log" | sed 's/^/  /' || true
+      --output "$out/$name.json" "./$p" >"$out/$name.log" 2>&1 || true
+    printf '%-12s %s\n' "$p" "$(grep -E '^(Killed|Test efficacy|Mutator coverage)' "$out/$name.log" | tr '\n' ' ')"
+    grep -E 'LIVED' "$out/$name.log" | sed 's/^/  /' || true
   done
 done

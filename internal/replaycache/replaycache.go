@@ -178,6 +178,9 @@ func (c *Cache) check(ctx context.Context) error {
 	}
 	// The clock is read before the version: a purge committed while it is
 	// read is seen by the next check, within TTL.
+	c.mu.Lock()
+	gen := c.gen
+	c.mu.Unlock()
 	at := c.now()
 	v, err := c.version(ctx)
 	if err != nil {
@@ -185,6 +188,12 @@ func (c *Cache) check(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gen != gen {
+		// This process purged (Clear) while the version was read: v may
+		// be older than the version Clear recorded. The next Get reads it
+		// again; what is cached now was read after that purge.
+		return nil
+	}
 	if v != c.seen {
 		c.clear()
 		c.seen = v

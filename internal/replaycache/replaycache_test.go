@@ -3,6 +3,7 @@ package replaycache
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -168,6 +169,83 @@ func TestClearRemembersItsPurgesVersion(t *testing.T) {
 	clk.t = clk.t.Add(TTL)
 	if a, _ := get(t, c, "k1"); a != nil {
 		t.Fatal("another process's purge after this one's was not seen")
+	}
+}
+
+// A version read while this process purged is not taken over the version
+// that purge recorded: it may be older.
+func TestVersionReadDuringOwnPurgeIsNotTaken(t *testing.T) {
+	s, clk := &store{}, &clock{t: time.Unix(1_800_000_000, 0)}
+	var c *Cache
+	c = New(1<<20, func(ctx context.Context) (int64, error) {
+		v := s.v
+		if s.reads++; s.reads == 2 {
+			c.Clear(v + 1) // this process's purge commits while the version is read
+		}
+		return v, nil
+	}, clk.now)
+	get(t, c, "k1") // first read: version 0
+	clk.t = clk.t.Add(TTL)
+	get(t, c, "k1") // second read races the purge: 0 read, 1 recorded
+	if c.seen != 1 {
+		t.Fatalf("seen = %d after a version read raced this process's purge, want 1 (the purge's)", c.seen)
+	}
+}
+
+// An entry costs its strings and bytes plus entryOverhead; one of exactly
+// an eighth of the bound is kept, one byte more is not; a generation fills
+// to exactly half the bound before it is retired.
+func TestSizesAndBounds(t *testing.T) {
+	const max = 8 << 10
+	c, _, _ := newCache(t, max)
+	_, gen := get(t, c, "k1")
+	c.Put(gen, "mer_1", "k1", final("a"))
+	if got, want := c.Stats().Bytes, entryOverhead+len("mer_1")+len("k1")+len("hash")+len("a"); got != want {
+		t.Fatalf("one entry counts %d bytes, want %d", got, want)
+	}
+	body := func(size int) string {
+		return strings.Repeat("b", size-entryOverhead-len("mer_1")-len("kX")-len("hash"))
+	}
+	for _, tc := range []struct {
+		key  string
+		size int
+		kept bool
+	}{{"k2", max / 8, true}, {"k3", max/8 + 1, false}} {
+		c.Put(gen, "mer_1", tc.key, final(body(tc.size)))
+		if a, _ := get(t, c, tc.key); (a != nil) != tc.kept {
+			t.Errorf("an entry of %d bytes (bound %d): kept %v, want %v", tc.size, max, a != nil, tc.kept)
+		}
+	}
+
+	c, _, _ = newCache(t, max)
+	_, gen = get(t, c, "k")
+	for i := range 4 { // four of an eighth fill a generation exactly
+		c.Put(gen, "mer_1", "k"+strconv.Itoa(i), final(body(max/8)))
+	}
+	for i := range 4 {
+		if a, _ := get(t, c, "k"+strconv.Itoa(i)); a == nil {
+			t.Fatalf("k%d dropped from a generation filled to exactly half the bound", i)
+		}
+	}
+	if len(c.old) != 0 {
+		t.Errorf("a generation filled to exactly half the bound was retired")
+	}
+}
+
+// Many small answers are all kept while they fit.
+func TestManyAnswersKept(t *testing.T) {
+	c, s, _ := newCache(t, 1<<20)
+	_, gen := get(t, c, "k")
+	for i := range 100 {
+		c.Put(gen, "mer_1", "k"+strconv.Itoa(i), final("a"))
+	}
+	for i := range 100 {
+		if a, _ := get(t, c, "k"+strconv.Itoa(i)); a == nil {
+			t.Fatalf("k%d of 100 small answers dropped", i)
+		}
+	}
+	if s.reads != 1 {
+		t.Errorf("the version was read %d times at one instant, want once", s.reads)
 	}
 }
 
