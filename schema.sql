@@ -97,9 +97,11 @@ CREATE TABLE IF NOT EXISTS expired_keys (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS expired_keys_payment ON expired_keys (payment_id);
 
+-- OR IGNORE: a purge that moved the key itself (a build of the day
+-- expired_keys came) is not refused.
 CREATE TRIGGER IF NOT EXISTS payment_attempts_expire AFTER DELETE ON payment_attempts
 BEGIN
-    INSERT INTO expired_keys (scope, key_hash, kind, id, payment_id)
+    INSERT OR IGNORE INTO expired_keys (scope, key_hash, kind, id, payment_id)
         SELECT scope, key_hash, 'payment', id, id FROM payments WHERE id = OLD.id AND OLD.kind = 'payment'
         UNION ALL
         SELECT scope, key_hash, 'refund', id, payment_id FROM refunds WHERE id = OLD.id AND OLD.kind = 'refund';

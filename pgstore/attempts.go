@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/oncepay/oncepay/internal/crashpoint"
 	"github.com/oncepay/oncepay/internal/replaycache"
 	"github.com/oncepay/oncepay/payment"
@@ -273,6 +274,18 @@ func (db *DB) CountStale(ctx context.Context, updatedBefore, now time.Time) (int
 // the purge version (the other instances' replay caches read it) and clears
 // this instance's replay cache once committed.
 func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
+	n, err := db.purge(ctx, before, limit)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23503" {
+		// A refund's key moved while another instance purged its payment:
+		// the key's row found no payment to reference. Once more: the
+		// refund is gone with its payment, so its key has nothing to move.
+		n, err = db.purge(ctx, before, limit)
+	}
+	return n, mapErr(err)
+}
+
+func (db *DB) purge(ctx context.Context, before time.Time, limit int) (int, error) {
 	var n, version int64
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		// The trigger payment_attempts_expire moves each key to expired_keys.
@@ -288,7 +301,7 @@ func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, erro
 			RETURNING value::bigint`).Scan(&version)
 	})
 	if err != nil {
-		return 0, mapErr(err)
+		return 0, err
 	}
 	if n > 0 {
 		db.answers.Clear(version)

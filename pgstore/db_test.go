@@ -237,6 +237,24 @@ func TestMigrateToExpiredKeys(t *testing.T) {
 			t.Errorf("late retry of %s after the migration = %v, %v, want refused as expired", a.Key, ok, err)
 		}
 	}
+
+	// A database made the day expired_keys came had no foreign key: it
+	// gains one, and loses the rows that outlived their payment.
+	for _, q := range []string{
+		`ALTER TABLE expired_keys DROP CONSTRAINT expired_keys_payment_id_fkey`,
+		`INSERT INTO expired_keys (scope, key_hash, kind, id, payment_id) VALUES ('s', 'x', 'payment', 'pay_gone', 'pay_gone')`,
+	} {
+		if _, err := db.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db = mustOpenURL(t, url, Options{})
+	var fk, orphans int
+	if err := db.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM pg_constraint WHERE conname = 'expired_keys_payment_id_fkey'),
+		(SELECT count(*) FROM expired_keys WHERE payment_id = 'pay_gone')`).Scan(&fk, &orphans); err != nil || fk != 1 || orphans != 0 {
+		t.Errorf("after the next start: foreign key %d, rows without a payment %d, %v; want 1 and 0", fk, orphans, err)
+	}
 }
 
 // One instance purges a refund's key while another purges the refund's
@@ -248,7 +266,92 @@ func TestMigrateToExpiredKeys(t *testing.T) {
 func TestPurgeOfARefundKeyRacingItsPaymentsPurge(t *testing.T) {
 	ctx := context.Background()
 	db, url := mustOpen(t, 8)
-	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	paidRefundedAndPurged(t, db)
+	tx := otherInstance(t, url) // the first instance's purge, in flight
+	if _, err := tx.Exec(ctx, `DELETE FROM payment_attempts WHERE idempotency_key = 'ref'`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.PurgePayments(ctx, raceT0.Add(2*time.Hour), 10); n != 0 || err != nil {
+		t.Fatalf("PurgePayments while the refund key's purge is in flight = %d, %v, want 0: skipped", n, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.PurgePayments(ctx, raceT0.Add(2*time.Hour), 10); n != 1 || err != nil {
+		t.Fatalf("PurgePayments after = %d, %v, want 1", n, err)
+	}
+	keysForgotten(t, db)
+}
+
+// The same race the other way: the payment's purge is in flight when the
+// refund key's purge comes; the key's move finds the payment gone once it
+// commits, and the purge tries its batch once more instead of failing.
+func TestPurgeOfARefundKeyAfterItsPaymentsPurge(t *testing.T) {
+	ctx := context.Background()
+	db, url := mustOpen(t, 8)
+	paid := paidRefundedAndPurged(t, db)
+	tx := otherInstance(t, url) // the other instance's payment purge, in flight
+	for _, q := range []string{`DELETE FROM refunds WHERE payment_id = $1`, `DELETE FROM payments WHERE id = $1`} {
+		if _, err := tx.Exec(ctx, q, paid.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result)
+	go func() {
+		n, err := db.Purge(ctx, raceT0.Add(2*time.Hour), 10)
+		done <- result{n, err}
+	}()
+	// The refund key's move waits on the payment's row.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var waiting int
+		if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the refund key's purge never waited on the payment's purge")
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.n != 1 || r.err != nil {
+		t.Fatalf("Purge of the refund's key = %d, %v, want 1: its batch tried once more", r.n, r.err)
+	}
+	keysForgotten(t, db)
+}
+
+var raceT0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// otherInstance begins a transaction on a connection of its own to the
+// database at url, as another instance's would be.
+func otherInstance(t *testing.T, url string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// paidRefundedAndPurged makes a payment under key "pay" and a refund of it
+// under "ref", an hour later, and purges the payment's key only.
+func paidRefundedAndPurged(t *testing.T, db *DB) *payment.Attempt {
+	t.Helper()
+	ctx := context.Background()
 	settle := func(a *payment.Attempt, at time.Time) {
 		t.Helper()
 		a.CreatedAt, a.UpdatedAt = at, at
@@ -259,37 +362,22 @@ func TestPurgeOfARefundKeyRacingItsPaymentsPurge(t *testing.T) {
 			t.Fatal(ok, err)
 		}
 	}
-	paid := storetest.NewAttempt("pay", t0, time.Minute)
-	settle(paid, t0)
-	refund := payment.NewRefundAttempt("s", "ref", payment.RefundRequest{PaymentID: paid.ID, Amount: 100}, t0, time.Minute)
-	settle(&refund, t0.Add(time.Hour))
-	if n, err := db.Purge(ctx, t0.Add(time.Minute), 10); n != 1 || err != nil { // the payment's key only
+	paid := storetest.NewAttempt("pay", raceT0, time.Minute)
+	settle(paid, raceT0)
+	refund := payment.NewRefundAttempt("s", "ref", payment.RefundRequest{PaymentID: paid.ID, Amount: 100}, raceT0, time.Minute)
+	settle(&refund, raceT0.Add(time.Hour))
+	if n, err := db.Purge(ctx, raceT0.Add(time.Minute), 10); n != 1 || err != nil {
 		t.Fatalf("Purge = %d, %v", n, err)
 	}
+	return paid
+}
 
-	other, err := pgx.Connect(ctx, url) // the first instance's purge, in flight
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(ctx)
-	tx, err := other.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM payment_attempts WHERE idempotency_key = 'ref'`); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := db.PurgePayments(ctx, t0.Add(2*time.Hour), 10); n != 0 || err != nil {
-		t.Fatalf("PurgePayments while the refund key's purge is in flight = %d, %v, want 0: skipped", n, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := db.PurgePayments(ctx, t0.Add(2*time.Hour), 10); n != 1 || err != nil {
-		t.Fatalf("PurgePayments after = %d, %v, want 1", n, err)
-	}
+// keysForgotten checks that both keys of paidRefundedAndPurged, their
+// payment purged, make new payments.
+func keysForgotten(t *testing.T, db *DB) {
+	t.Helper()
 	for _, key := range []string{"pay", "ref"} {
-		if ok, err := db.Claim(ctx, storetest.NewAttempt(key, t0.Add(3*time.Hour), time.Minute)); !ok || err != nil {
+		if ok, err := db.Claim(context.Background(), storetest.NewAttempt(key, raceT0.Add(3*time.Hour), time.Minute)); !ok || err != nil {
 			t.Errorf("Claim(%s) after its payment's purge = %v, %v, want a new payment: the key forgotten", key, ok, err)
 		}
 	}

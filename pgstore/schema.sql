@@ -113,17 +113,36 @@ CREATE TABLE IF NOT EXISTS expired_keys (
 );
 CREATE INDEX IF NOT EXISTS expired_keys_payment ON expired_keys (payment_id);
 
+-- A database made on the day expired_keys came, before its foreign key.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'expired_keys_payment_id_fkey') THEN
+        DELETE FROM expired_keys k WHERE NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = k.payment_id);
+        ALTER TABLE expired_keys ADD CONSTRAINT expired_keys_payment_id_fkey
+            FOREIGN KEY (payment_id) REFERENCES payments (id) ON DELETE CASCADE;
+    END IF;
+END $$;
+
+-- ON CONFLICT: a purge that moved the key itself (a build of the day
+-- expired_keys came) is not refused. The trigger is created once: a DROP
+-- and CREATE at every start would lock payment_attempts against every
+-- claim while it waits for any reader (a pg_dump).
 CREATE OR REPLACE FUNCTION payment_attempts_expire() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO expired_keys (scope, key_hash, kind, id, payment_id)
         SELECT scope, key_hash, 'payment', id, id FROM payments WHERE id = OLD.id AND OLD.kind = 'payment'
         UNION ALL
-        SELECT scope, key_hash, 'refund', id, payment_id FROM refunds WHERE id = OLD.id AND OLD.kind = 'refund';
+        SELECT scope, key_hash, 'refund', id, payment_id FROM refunds WHERE id = OLD.id AND OLD.kind = 'refund'
+        ON CONFLICT DO NOTHING;
     RETURN NULL;
 END $$;
-DROP TRIGGER IF EXISTS payment_attempts_expire ON payment_attempts;
-CREATE TRIGGER payment_attempts_expire AFTER DELETE ON payment_attempts
-    FOR EACH ROW EXECUTE FUNCTION payment_attempts_expire();
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'payment_attempts_expire') THEN
+        CREATE TRIGGER payment_attempts_expire AFTER DELETE ON payment_attempts
+            FOR EACH ROW EXECUTE FUNCTION payment_attempts_expire();
+    END IF;
+END $$;
 
 -- A database made before expired_keys told a late retry by the unique
 -- (scope, key_hash) of payments and refunds: its purged keys move here and

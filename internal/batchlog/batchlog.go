@@ -1,9 +1,10 @@
 // Package batchlog writes log lines the way the store commits writes: one
 // goroutine takes every line waiting and writes them with one system call.
 // An idle server writes each line at once; a busy one makes one write for
-// many requests' lines, not one each. A process killed with SIGKILL loses the
-// lines not yet written (those of its last moments), never a payment: the
-// database, not the log, is the record.
+// many requests' lines, not one each. A process that dies without closing it
+// (killed with SIGKILL, or a crash) loses the lines not yet written, those of
+// its last moments, never a payment: the database, not the log, is the
+// record.
 package batchlog
 
 import (
