@@ -26,58 +26,47 @@ const (
 	opRefundLookup
 )
 
-// MaxCallKeys bounds the call log: the calls of the keys called most
-// recently first, older keys forgotten, so a provider that runs for days
-// (a demo, a benchmark) holds a bounded amount of memory.
+// MaxCallKeys bounds the call log: the keys called most recently are
+// kept, at least half as many, so a provider that runs for days (a demo, a
+// benchmark) holds a bounded amount of memory.
 const MaxCallKeys = 100_000
 
-// callLog counts calls by key since the provider was opened, for the last
-// MaxCallKeys keys first called. It lives in memory: the ledger is the
-// bank's record, the calls are the test's.
+// callLog counts calls by key since the provider was opened. It lives in
+// memory: the ledger is the bank's record, the calls are the test's. Counts
+// are kept by value, so the collector scans one pointer a key (its string).
 type callLog struct {
-	mu    sync.Mutex
-	byKey map[string]*Calls
-	order []string // keys in the order first called, a ring of MaxCallKeys
-	next  int      // where the next new key goes in order
+	mu       sync.Mutex
+	cur, old map[string]counts // the keys called lately, and the half before
 }
+
+// counts are a key's calls, by op.
+type counts [4]int
 
 func (l *callLog) add(key string, o op) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.byKey[key]
-	if c == nil {
-		if l.byKey == nil {
-			l.byKey = map[string]*Calls{}
+	c, ok := l.cur[key]
+	if !ok {
+		c = l.old[key]
+		delete(l.old, key)
+		if l.cur == nil || len(l.cur) >= MaxCallKeys/2 {
+			l.old, l.cur = l.cur, map[string]counts{}
 		}
-		if len(l.order) < MaxCallKeys {
-			l.order = append(l.order, key)
-		} else {
-			delete(l.byKey, l.order[l.next])
-			l.order[l.next] = key
-		}
-		l.next = (l.next + 1) % MaxCallKeys
-		c = &Calls{IdempotencyKey: key}
-		l.byKey[key] = c
 	}
-	switch o {
-	case opCharge:
-		c.Charges++
-	case opLookup:
-		c.Lookups++
-	case opRefund:
-		c.Refunds++
-	case opRefundLookup:
-		c.RefundLookups++
-	}
+	c[o]++
+	l.cur[key] = c
 }
 
 // Calls returns the calls received since the provider was opened, by key,
-// in key order: of the last MaxCallKeys keys first called.
+// in key order: of the keys called lately (see MaxCallKeys).
 func (s *Sim) Calls() []Calls {
 	s.calls.mu.Lock()
-	all := make([]Calls, 0, len(s.calls.byKey))
-	for _, c := range s.calls.byKey {
-		all = append(all, *c)
+	all := make([]Calls, 0, len(s.calls.cur)+len(s.calls.old))
+	for _, m := range []map[string]counts{s.calls.old, s.calls.cur} {
+		for key, c := range m {
+			all = append(all, Calls{IdempotencyKey: key, Charges: c[opCharge], Lookups: c[opLookup],
+				Refunds: c[opRefund], RefundLookups: c[opRefundLookup]})
+		}
 	}
 	s.calls.mu.Unlock()
 	sort.Slice(all, func(i, j int) bool { return all[i].IdempotencyKey < all[j].IdempotencyKey })
