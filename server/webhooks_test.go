@@ -235,24 +235,25 @@ func TestSimWebhooksUnderFaultsMatchLedger(t *testing.T) {
 	wg.Wait()
 
 	ctx := context.Background()
-	// Wait for the sim's deliveries to end: every attempt settled and every
-	// event final (a late copy may still be at work when the last attempt
-	// settles).
-	var pending, open int
+	// Wait for the sim's deliveries to end (an event the reorder knob held
+	// back may not have been sent yet when the last attempt settles), then
+	// for every attempt settled and every event final.
+	var pending, open, inFlight int
 	for range 300 {
+		inFlight = e.Sim.WebhooksInFlight()
 		pending, open = e.counts()[payment.InProgress], 0
 		for _, ev := range e.events() {
 			if !ev.State.Final() {
 				open++
 			}
 		}
-		if pending == 0 && open == 0 {
+		if inFlight == 0 && pending == 0 && open == 0 {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if pending != 0 || open != 0 {
-		t.Fatalf("%d attempts in progress, %d events not final after 15s of deliveries", pending, open)
+	if inFlight != 0 || pending != 0 || open != 0 {
+		t.Fatalf("%d deliveries in flight, %d attempts in progress, %d events not final after 15s of deliveries", inFlight, pending, open)
 	}
 	ledger := e.ledger()
 	for i := range payments {

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncepay/oncepay/payment"
@@ -163,6 +164,8 @@ type outbox struct {
 	slots chan struct{} // bounds the posts in flight
 	log   *slog.Logger
 
+	inFlight atomic.Int64 // deliveries not yet ended
+
 	mu        sync.Mutex
 	delivered map[string]int // answered 2xx, by event id: for tests
 	gaveUp    int
@@ -208,6 +211,15 @@ func (s *Sim) WebhookStats() (delivered map[string]int, gaveUp int) {
 	return delivered, o.gaveUp
 }
 
+// WebhooksInFlight is how many events are still being delivered (waiting,
+// posting or backing off): zero once every event was accepted or given up.
+func (s *Sim) WebhooksInFlight() int {
+	if o := s.outbox.Load(); o != nil {
+		return int(o.inFlight.Load())
+	}
+	return 0
+}
+
 func (o *outbox) close() {
 	close(o.stop)
 	o.wg.Wait()
@@ -246,6 +258,7 @@ func (s *Sim) emit(req payment.ChargeRequest, c payment.Charge, d *payment.Decli
 		copies = 2
 	}
 	o.wg.Add(1)
+	o.inFlight.Add(1)
 	go o.deliver(id, body, delay, copies)
 }
 
@@ -256,6 +269,7 @@ const reorderHold = 300 * time.Millisecond
 // and then a growing backoff; each attempt sends copies at once.
 func (o *outbox) deliver(id string, body []byte, delay time.Duration, copies int) {
 	defer o.wg.Done()
+	defer o.inFlight.Add(-1)
 	wait := o.cfg.FirstRetry
 	for attempt := 1; ; attempt++ {
 		t := time.NewTimer(delay)
