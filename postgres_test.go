@@ -104,7 +104,7 @@ func TestCopyToPostgres(t *testing.T) {
 		}
 	}
 	body := []byte("{\"id\":\"" + final.ID + "\"}\n")
-	if ok, err := src.Record(ctx, scope, "paid", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: body, ChargeID: "ch_1"}, now); !ok || err != nil {
+	if ok, err := src.Record(ctx, payment.KindPayment, scope, "paid", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: body, ChargeID: "ch_1"}, now); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if _, ok, err := src.TakeOver(ctx, scope, "in-flight", 1, now.Add(2*time.Hour), now.Add(3*time.Hour)); !ok || err != nil {
@@ -120,7 +120,7 @@ func TestCopyToPostgres(t *testing.T) {
 	if ok, err := src.Claim(ctx, old); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if ok, err := src.Record(ctx, scope, "old", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: body, ChargeID: "ch_0"}, now.Add(-2*time.Hour)); !ok || err != nil {
+	if ok, err := src.Record(ctx, payment.KindPayment, scope, "old", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: body, ChargeID: "ch_0"}, now.Add(-2*time.Hour)); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if n, err := src.Purge(ctx, now.Add(-time.Hour), 10); n != 1 || err != nil {

@@ -107,6 +107,19 @@ BEGIN
         SELECT scope, key_hash, 'refund', id, payment_id FROM refunds WHERE id = OLD.id AND OLD.kind = 'refund';
 END;
 
+-- A payment's record is one statement: this trigger settles its payment
+-- row in it, so no savepoint is needed around a record and a settlement.
+-- Setting what the record set makes it harmless to a binary that settles
+-- the payment itself (an older one). A refund is settled by the store's
+-- own statements (settleRefund): its money moves once, by one of the two.
+CREATE TRIGGER IF NOT EXISTS payment_attempts_settle AFTER UPDATE OF status ON payment_attempts
+    WHEN NEW.kind = 'payment' AND OLD.status = 'in_progress' AND NEW.status <> 'in_progress'
+BEGIN
+    UPDATE payments SET status = NEW.status, charge_id = NEW.charge_id,
+        failure_code = NEW.failure_code, updated_at = NEW.updated_at
+    WHERE id = NEW.id;
+END;
+
 -- Merchants: the scope of payments. A merchant keeps its idempotency keys
 -- and payments across API key rotations. A merchant made from an API key by
 -- the migration of an older database has that key's id as its own, so its

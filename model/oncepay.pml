@@ -42,7 +42,7 @@
  * | release          | sqlitestore.releaseSQL          | status = 'in_progress' AND fence = ?                |
  * | lease-bound      | payment.(*Service).own          | min(s.ProviderTimeout, a.LeaseExpiresAt.Sub(s.Now() |
  * | lease-bound      | payment.(*Service).own          | case budget <= 0:                                   |
- * | record           | payment.(*Service).own          | s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o      |
+ * | record           | payment.(*Service).own          | s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence |
  * | record           | sqlitestore.recordSQL           | status = 'in_progress' AND fence = ?                |
  * | settled          | payment.(*Service).settled      | cur, err := s.Store.Answer(ctx, a.Scope, a.Key)     |
  * | settled          | payment.(*Service).settled      | if cur.Status == InProgress {                       |
@@ -51,7 +51,7 @@
  * | reconcile-lookup | payment.(*Service).settle       | o, found, err := op.find(pctx, a)                   |
  * | reconcile-keep   | payment.(*Service).settle       | s.Store.Release(ctx, a.Scope, a.Key, a.Fence        |
  * | reconcile-record | payment.(*Service).settle       | o = op.notCompleted(a)                              |
- * | reconcile-record | payment.(*Service).settle       | s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o      |
+ * | reconcile-record | payment.(*Service).settle       | s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence |
  * | provider-dedupe  | sim.(*Sim).Charge               | c, stored, err = s.byKey(ctx, req.IdempotencyKey)   |
  * | provider-lookup  | sim.(*Sim).Lookup               | s.byKey(ctx, req.IdempotencyKey)                    |
  *

@@ -60,9 +60,9 @@
  * | refund-call     | payment.(*Service).answered   | return declined(d), true, nil                                   |
  * | release         | payment.(*Service).own        | s.Store.Release(ctx, a.Scope, a.Key, a.Fence                    |
  * | release         | sqlitestore.releaseSQL        | status = 'in_progress' AND fence = ?                            |
- * | record          | payment.(*Service).own        | s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o                  |
+ * | record          | payment.(*Service).own        | s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence             |
  * | record          | sqlitestore.recordSQL         | status = 'in_progress' AND fence = ?                            |
- * | settle-money    | sqlitestore.(*DB).Record      | err = settleRefund(ctx, tx, id, paymentID.String, amount, o     |
+ * | settle-money    | sqlitestore.(*DB).Record      | settleRefund(ctx, tx, id, paymentID, amount, o, now)            |
  * | settle-money    | sqlitestore.settleRefund      | SET amount_reserved = amount_reserved - ?, amount_refunded = amount_refunded + ? |
  * | settle-money    | sqlitestore.settleRefund      | if o.Status == payment.Succeeded {                              |
  * | settled         | payment.(*Service).settled    | if cur.Status == InProgress {                                   |

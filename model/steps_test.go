@@ -63,7 +63,7 @@ func TestStepTableCatchesDrift(t *testing.T) {
 		ref, needle string
 		ok          bool
 	}{
-		{"payment.(*Service).own", "s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o", true},
+		{"payment.(*Service).own", "s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence", true},
 		{"payment.(payments).move", "DownstreamKey(a.Scope, a.Key)", true},
 		{"sqlitestore.recordSQL", "status = 'in_progress' AND fence = ?", true},
 		{"payment.DownstreamKey", "h.Write([]byte(key))", true},
@@ -74,7 +74,7 @@ func TestStepTableCatchesDrift(t *testing.T) {
 		{"payment.(*Service).ownOnce", "s.Store.Record(", false},                                    // renamed
 		{"payment.(Service).own", "s.Store.Record(", false},                                         // wrong receiver
 		{"payment.(*payments).move", "DownstreamKey(", false},                                       // wrong receiver
-		{"payment.(*Service).own", "s.Store.Record(ctx, a.Scope, 0", false},                         // other statement
+		{"payment.(*Service).own", "s.Store.Record(ctx, a.Kind, a.Scope, 0", false},                 // other statement
 		{"sqlitestore.recordSQL", "AND fence = ? AND lease_expires_at", false},                      // guard not there
 		{"sqlitestore.noSuchSQL", "UPDATE", false},
 		{"nosuchpkg.Func", "x", false},

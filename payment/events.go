@@ -309,7 +309,7 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 		if ok {
 			a.Fence = fence
 			o := eventOutcome(a, ev)
-			ok, err = in.Attempts.Record(ctx, a.Scope, a.Key, a.Fence, o, in.Now())
+			ok, err = in.Attempts.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, o, in.Now())
 			if err != nil {
 				return "", "", err
 			}

@@ -17,8 +17,8 @@ type countedRecords struct {
 	won atomic.Int64
 }
 
-func (c *countedRecords) Record(ctx context.Context, scope, key string, fence int64, o payment.Outcome, now time.Time) (bool, error) {
-	ok, err := c.Store.Record(ctx, scope, key, fence, o, now)
+func (c *countedRecords) Record(ctx context.Context, kind payment.Kind, scope, key string, fence int64, o payment.Outcome, now time.Time) (bool, error) {
+	ok, err := c.Store.Record(ctx, kind, scope, key, fence, o, now)
 	if ok {
 		c.won.Add(1)
 	}

@@ -180,7 +180,7 @@ func TestLateOwnerFencedOutByReconcile(t *testing.T) {
 		t.Fatalf("RunOnce = %+v, want 1 failed", res)
 	}
 	late := payment.SucceededOutcome(*a, payment.Charge{ID: "ch_late"})
-	if ok, err := f.DB.Record(ctx, "demo", "k", a.Fence, late, f.clock.Now()); ok || err != nil {
+	if ok, err := f.DB.Record(ctx, payment.KindPayment, "demo", "k", a.Fence, late, f.clock.Now()); ok || err != nil {
 		t.Fatalf("late Record = %v, %v; want refused", ok, err)
 	}
 	if got := f.attempt(t, "k"); got.Status != payment.Failed || got.ChargeID != "" {

@@ -132,7 +132,7 @@ func (s *Service) own(ctx context.Context, a Attempt, lookupFirst bool) (Result,
 	if o.Status == Succeeded {
 		crashpoint.Hit("after-" + movedPoint[a.Kind])
 	}
-	ok, err := s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o, s.Now())
+	ok, err := s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, o, s.Now())
 	if err != nil {
 		return Result{}, err
 	}
@@ -187,7 +187,7 @@ func (s *Service) settle(ctx context.Context, a Attempt) (Status, error) {
 	if !found {
 		o = op.notCompleted(a)
 	}
-	ok, err = s.Store.Record(ctx, a.Scope, a.Key, a.Fence, o, s.Now())
+	ok, err = s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, o, s.Now())
 	if err != nil || !ok {
 		return "", err
 	}

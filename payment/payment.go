@@ -182,11 +182,12 @@ type Store interface {
 	// fence and no lease is live at now. It returns the new fence.
 	TakeOver(ctx context.Context, scope, key string, fence int64, now, leaseUntil time.Time) (newFence int64, ok bool, err error)
 
-	// Record stores the final outcome if the attempt is still in progress
-	// under fence. ok is false when another owner or reconcile got there first.
-	// In the same transaction it settles the payment or refund the attempt
-	// made; a refund's reservation becomes refunded, or is given back.
-	Record(ctx context.Context, scope, key string, fence int64, o Outcome, now time.Time) (ok bool, err error)
+	// Record stores the final outcome if the attempt, of kind, is still in
+	// progress under fence. ok is false when another owner or reconcile got
+	// there first. In the same transaction it settles the payment or refund
+	// the attempt made; a refund's reservation becomes refunded, or is given
+	// back.
+	Record(ctx context.Context, kind Kind, scope, key string, fence int64, o Outcome, now time.Time) (ok bool, err error)
 
 	// Release drops the owner's lease, so the client's retry can take over at
 	// once. It does nothing if fence no longer owns the attempt.

@@ -31,6 +31,10 @@ func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err 
 		if err != nil || tag.RowsAffected() == 0 {
 			return err // a duplicate: the caller reads the row that holds the key
 		}
+		// Read after the INSERT, not as a NOT EXISTS inside it (as SQLite's
+		// one writer can): an INSERT that waited for a purge deleting the
+		// key's record still reads the snapshot it started with, where the
+		// key is not yet in expired_keys. This statement's snapshot is newer.
 		if err := refuseExpiredKey(ctx, tx, &c); err != nil {
 			return err
 		}
@@ -65,11 +69,10 @@ func (db *DB) TakeOver(ctx context.Context, scope, key string, fence int64, now,
 // Record stores the final outcome, guarded by the owner's fence and the
 // status: a late owner cannot overwrite what a takeover or reconcile wrote.
 // In the same transaction it settles the payment or refund the attempt made.
-func (db *DB) Record(ctx context.Context, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
+func (db *DB) Record(ctx context.Context, kind payment.Kind, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
 	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		ok = false
 		var (
-			kind      string
 			id        string
 			paymentID *string
 			amount    int64
@@ -77,17 +80,17 @@ func (db *DB) Record(ctx context.Context, scope, key string, fence int64, o paym
 		err := tx.QueryRow(ctx, `UPDATE payment_attempts
 			SET status = $1, response_status = $2, response_body = $3, charge_id = $4,
 			    failure_code = $5, lease_expires_at = NULL, updated_at = $6
-			WHERE scope = $7 AND idempotency_key = $8 AND status = 'in_progress' AND fence = $9
-			RETURNING kind, id, payment_id, amount`,
+			WHERE scope = $7 AND idempotency_key = $8 AND status = 'in_progress' AND fence = $9 AND kind = $10
+			RETURNING id, payment_id, amount`,
 			string(o.Status), o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID),
-			nullString(o.FailureCode), ms(now), scope, key, fence).Scan(&kind, &id, &paymentID, &amount)
+			nullString(o.FailureCode), ms(now), scope, key, fence, string(kind)).Scan(&id, &paymentID, &amount)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // fenced out
 		}
 		if err != nil {
 			return err
 		}
-		if payment.Kind(kind) == payment.KindRefund {
+		if kind == payment.KindRefund {
 			err = settleRefund(ctx, tx, id, deref(paymentID), amount, o, now)
 		} else {
 			err = settlePayment(ctx, tx, id, o, now)

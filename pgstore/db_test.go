@@ -203,7 +203,7 @@ func TestMigrateToExpiredKeys(t *testing.T) {
 	if ok, err := db.Claim(ctx, paid); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if ok, err := db.Record(ctx, "s", "old", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}"), ChargeID: "ch_1"}, t0); !ok || err != nil {
+	if ok, err := db.Record(ctx, payment.KindPayment, "s", "old", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}"), ChargeID: "ch_1"}, t0); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if n, err := db.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
@@ -358,7 +358,7 @@ func paidRefundedAndPurged(t *testing.T, db *DB) *payment.Attempt {
 		if ok, err := db.Claim(ctx, a); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
-		if ok, err := db.Record(ctx, "s", a.Key, 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}")}, at); !ok || err != nil {
+		if ok, err := db.Record(ctx, a.Kind, "s", a.Key, 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}")}, at); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
 	}

@@ -350,7 +350,7 @@ func notCompleted(t *testing.T, e *env, scope, key string, headers []string) res
 	if ok, err := e.DB.Claim(ctx, &a); !ok || err != nil {
 		t.Fatalf("Claim = %v, %v", ok, err)
 	}
-	if ok, err := e.DB.Record(ctx, scope, key, a.Fence, payment.NotCompletedOutcome(a), time.Now()); !ok || err != nil {
+	if ok, err := e.DB.Record(ctx, payment.KindPayment, scope, key, a.Fence, payment.NotCompletedOutcome(a), time.Now()); !ok || err != nil {
 		t.Fatalf("Record = %v, %v", ok, err)
 	}
 	return e.pay(key, visa, headers...)

@@ -39,7 +39,7 @@ func TestAnswerMatchesAttempt(t *testing.T) {
 	}
 	check("in progress")
 	o := payment.SucceededOutcome(*a, payment.Charge{ID: "ch_1"})
-	if ok, err := db.Record(ctx, "s", "k", a.Fence, o, t0); !ok || err != nil {
+	if ok, err := db.Record(ctx, payment.KindPayment, "s", "k", a.Fence, o, t0); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	check("succeeded")
@@ -59,7 +59,7 @@ func TestReplaysAnsweredFromMemory(t *testing.T) {
 		if ok, err := db.Claim(ctx, a); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
-		if ok, err := db.Record(ctx, "s", "k", 1, payment.SucceededOutcome(*a, payment.Charge{ID: "ch_1"}), t0); !ok || err != nil {
+		if ok, err := db.Record(ctx, payment.KindPayment, "s", "k", 1, payment.SucceededOutcome(*a, payment.Charge{ID: "ch_1"}), t0); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
 		if _, err := db.Answer(ctx, "s", "k"); err != nil {

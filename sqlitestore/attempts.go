@@ -13,9 +13,9 @@ import (
 
 var _ payment.Store = (*DB)(nil)
 
-// Claim inserts a unless its (scope, idempotency_key) exists; the rows
-// affected decide ownership, never a read. The payment or refund a makes is
-// created in the same transaction (payments.go).
+// Claim inserts a unless its (scope, idempotency_key) is taken or expired;
+// the rows affected decide ownership, never a read. The payment or refund a
+// makes is created in the same transaction (payments.go).
 func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err error) {
 	c := *a
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -23,15 +23,15 @@ func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err 
 		res, err := tx.StmtContext(ctx, db.stmt.claim).ExecContext(ctx,
 			c.Scope, c.Key, c.ID, c.RequestHash, c.Request, c.Amount, c.Currency,
 			c.Status, c.Fence, ms(c.LeaseExpiresAt), ms(c.CreatedAt), ms(c.UpdatedAt),
-			c.Kind, nullString(c.PaymentID), c.Details)
+			c.Kind, nullString(c.PaymentID), c.Details, payment.KeyHash(c.Key))
 		if err != nil {
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return err // a duplicate: the caller reads the row that holds the key
-		}
-		if err := db.refuseExpiredKey(ctx, tx, &c); err != nil {
-			return err
+			if err == nil {
+				err = db.refuseExpiredKey(ctx, tx, &c)
+			}
+			return err // nil: a duplicate, and the caller reads the row that holds the key
 		}
 		if c.Kind == payment.KindRefund {
 			err = createRefund(ctx, tx, &c)
@@ -56,29 +56,28 @@ func (db *DB) TakeOver(ctx context.Context, scope, key string, fence int64, now,
 }
 
 // Record stores the final outcome, guarded by the owner's fence: a late
-// owner cannot overwrite what a takeover or reconcile wrote.
-func (db *DB) Record(ctx context.Context, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
+// owner cannot overwrite what a takeover or reconcile wrote. A payment's
+// record is one statement, whose trigger settles the payment row; a
+// refund's settles the refund and its payment's reservation.
+func (db *DB) Record(ctx context.Context, kind payment.Kind, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
+	args := []any{o.Status, o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID), nullString(o.FailureCode), ms(now), scope, key, fence}
+	if kind != payment.KindRefund {
+		n, err := db.exec(ctx, db.stmt.recordPayment, func() { crashpoint.Hit("in-record") }, args...)
+		return n == 1 && err == nil, err
+	}
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var (
-			kind      payment.Kind
-			id        string
-			paymentID sql.NullString
-			amount    int64
+			id, paymentID string
+			amount        int64
 		)
-		err := tx.StmtContext(ctx, db.stmt.record).QueryRowContext(ctx, o.Status, o.ResponseStatus, o.ResponseBody,
-			nullString(o.ChargeID), nullString(o.FailureCode), ms(now), scope, key, fence).Scan(&kind, &id, &paymentID, &amount)
+		err := tx.StmtContext(ctx, db.stmt.recordRefund).QueryRowContext(ctx, args...).Scan(&id, &paymentID, &amount)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // fenced out
 		}
 		if err != nil {
 			return err
 		}
-		if kind == payment.KindRefund {
-			err = settleRefund(ctx, tx, id, paymentID.String, amount, o, now)
-		} else {
-			err = db.settlePayment(ctx, tx, id, o, now)
-		}
-		if err != nil {
+		if err := settleRefund(ctx, tx, id, paymentID, amount, o, now); err != nil {
 			return err
 		}
 		ok = true

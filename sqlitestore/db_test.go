@@ -325,7 +325,7 @@ func TestGroupCommitOneStatementFailsAlone(t *testing.T) {
 			if i%4 == 0 {
 				status = "bogus" // violates the CHECK on status
 			}
-			_, errs[i] = db.Record(ctx, "s", fmt.Sprint(i), 1, payment.Outcome{Status: status, ResponseStatus: 201, ResponseBody: []byte("{}")}, t0)
+			_, errs[i] = db.Record(ctx, payment.KindPayment, "s", fmt.Sprint(i), 1, payment.Outcome{Status: status, ResponseStatus: 201, ResponseBody: []byte("{}")}, t0)
 		})
 	}
 	wg.Wait()

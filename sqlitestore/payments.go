@@ -84,12 +84,6 @@ func refundRefusal(ctx context.Context, tx *sql.Tx, a *payment.Attempt) error {
 	return payment.RefundRefused(a, &p)
 }
 
-// settlePayment copies a payment's final outcome to its payment row.
-func (db *DB) settlePayment(ctx context.Context, tx *sql.Tx, id string, o payment.Outcome, now time.Time) error {
-	_, err := tx.StmtContext(ctx, db.stmt.settlePayment).ExecContext(ctx, o.Status, nullString(o.ChargeID), nullString(o.FailureCode), ms(now), id)
-	return err
-}
-
 // settleRefund copies a refund's final outcome to its row and turns its
 // reservation into refunded money, or gives it back.
 func settleRefund(ctx context.Context, tx *sql.Tx, id, paymentID string, amount int64, o payment.Outcome, now time.Time) error {

@@ -9,10 +9,15 @@ import (
 // The hot statements, parsed once at Open: the driver keeps no statement
 // cache, and parsing was an eighth of a payment's CPU.
 const (
+	// claimSQL inserts the attempt unless its key is taken, or was and is
+	// now in expired_keys: the winner's claim is one statement, and a claim
+	// that inserts nothing reads expired_keys again to say which (?16 is the
+	// key's SHA-256).
 	claimSQL = `INSERT OR IGNORE INTO payment_attempts
 		(scope, idempotency_key, id, request_hash, request, amount, currency,
 		 status, fence, lease_expires_at, created_at, updated_at, kind, payment_id, details)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15
+		WHERE NOT EXISTS (SELECT 1 FROM expired_keys WHERE scope = ?1 AND key_hash = ?16)`
 
 	// takeOverSQL moves an abandoned attempt to a new owner: of two racing
 	// for it, exactly one matches.
@@ -21,12 +26,15 @@ const (
 		WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?
 		  AND (lease_expires_at IS NULL OR lease_expires_at <= ?)`
 
-	// recordSQL is guarded by the owner's fence.
+	// The records, guarded by the owner's fence. A payment's is one
+	// statement: the trigger payment_attempts_settle (schema.sql) settles its
+	// payment row. A refund's returns what settleRefund needs.
 	recordSQL = `UPDATE payment_attempts
 		SET status = ?, response_status = ?, response_body = ?, charge_id = ?,
 		    failure_code = ?, lease_expires_at = NULL, updated_at = ?
-		WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?
-		RETURNING kind, id, payment_id, amount`
+		WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ? AND kind = `
+	recordPaymentSQL = recordSQL + `'payment'`
+	recordRefundSQL  = recordSQL + `'refund' RETURNING id, payment_id, amount`
 
 	releaseSQL = `UPDATE payment_attempts SET lease_expires_at = NULL, updated_at = ?
 		WHERE scope = ? AND idempotency_key = ? AND status = 'in_progress' AND fence = ?`
@@ -44,9 +52,6 @@ const (
 		(id, scope, key_hash, amount, currency, status, details, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-	settlePaymentSQL = `UPDATE payments SET status = ?, charge_id = ?, failure_code = ?, updated_at = ?
-		WHERE id = ?`
-
 	// authenticateSQL finds a key the view of the live keys does not hold.
 	authenticateSQL = `SELECT merchant_id FROM api_keys WHERE secret_hash = ? AND revoked_at IS NULL`
 )
@@ -54,9 +59,9 @@ const (
 // statements are prepared on the writer's one connection (before the
 // writer goroutine holds it in a transaction) and on the read pool.
 type statements struct {
-	claim, takeOver, record, release         *sql.Stmt // writer
-	expiredKey, createPayment, settlePayment *sql.Stmt // writer, in a claim's or record's write
-	attempt, answer, authenticate            *sql.Stmt // readers
+	claim, takeOver, recordPayment, recordRefund, release *sql.Stmt // writer
+	expiredKey, createPayment                             *sql.Stmt // writer, in a claim's write
+	attempt, answer, authenticate                         *sql.Stmt // readers
 }
 
 func prepare(ctx context.Context, w, r *sql.DB) (statements, error) {
@@ -68,11 +73,11 @@ func prepare(ctx context.Context, w, r *sql.DB) (statements, error) {
 	}{
 		{w, claimSQL, &s.claim},
 		{w, takeOverSQL, &s.takeOver},
-		{w, recordSQL, &s.record},
+		{w, recordPaymentSQL, &s.recordPayment},
+		{w, recordRefundSQL, &s.recordRefund},
 		{w, releaseSQL, &s.release},
 		{w, expiredKeySQL, &s.expiredKey},
 		{w, createPaymentSQL, &s.createPayment},
-		{w, settlePaymentSQL, &s.settlePayment},
 		{r, attemptSQL, &s.attempt},
 		{r, answerSQL, &s.answer},
 		{r, authenticateSQL, &s.authenticate},

@@ -84,7 +84,7 @@ func claimRecord(db *DB, a *payment.Attempt) error {
 		return fmt.Errorf("Claim = %v, %v", ok, err)
 	}
 	o := payment.SucceededOutcome(*a, payment.Charge{ID: "ch_" + a.Key})
-	if ok, err := db.Record(ctx, a.Scope, a.Key, a.Fence, o, time.Now()); !ok || err != nil {
+	if ok, err := db.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, o, time.Now()); !ok || err != nil {
 		return fmt.Errorf("Record = %v, %v", ok, err)
 	}
 	return nil

@@ -135,7 +135,7 @@ func (h *Handler) handleNaivePay(w http.ResponseWriter, r *http.Request) {
 	o := payment.SucceededOutcome(a, c)
 	// Then the write, whose result is ignored: a racing request may have won.
 	if _, err := h.Service.Store.Claim(ctx, &a); err == nil {
-		h.Service.Store.Record(ctx, naiveScope, key, 1, o, now)
+		h.Service.Store.Record(ctx, a.Kind, naiveScope, key, 1, o, now)
 	}
 	writeRaw(w, o.ResponseStatus, o.ResponseBody)
 }

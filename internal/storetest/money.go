@@ -19,7 +19,7 @@ func paid(t *testing.T, s payment.Store, key string) string {
 	a := NewAttempt(key, t0, time.Minute)
 	mustClaim(t, s, a)
 	o := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}\n"), ChargeID: "ch_" + key}
-	if ok, err := s.Record(context.Background(), "s", key, 1, o, t0); !ok || err != nil {
+	if ok, err := s.Record(context.Background(), payment.KindPayment, "s", key, 1, o, t0); !ok || err != nil {
 		t.Fatalf("Record(%s) = %v, %v", key, ok, err)
 	}
 	return a.ID
@@ -105,20 +105,20 @@ func testRecordSettlesRefunds(t *testing.T, h Harness) {
 	for _, k := range []string{"r1", "r2"} {
 		mustClaim(t, db, refundAttempt(k, id, 300))
 	}
-	ok, err := db.Record(ctx, "s", "r1", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}\n"), ChargeID: "re_p1"}, t0.Add(time.Second))
+	ok, err := db.Record(ctx, payment.KindRefund, "s", "r1", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}\n"), ChargeID: "re_p1"}, t0.Add(time.Second))
 	if !ok || err != nil {
 		t.Fatalf("Record(r1) = %v, %v", ok, err)
 	}
 	if p := mustPayment(t, db, id); p.AmountRefunded != 300 || p.AmountReserved != 300 {
 		t.Errorf("after one refund succeeded: refunded %d, reserved %d, want 300, 300", p.AmountRefunded, p.AmountReserved)
 	}
-	if ok, err := db.Record(ctx, "s", "r2", 7, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201}, t0); ok || err != nil {
+	if ok, err := db.Record(ctx, payment.KindRefund, "s", "r2", 7, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201}, t0); ok || err != nil {
 		t.Errorf("Record(r2) under a wrong fence = %v, %v, want fenced out", ok, err)
 	}
 	if p := mustPayment(t, db, id); p.AmountRefunded != 300 || p.AmountReserved != 300 {
 		t.Errorf("after a fenced-out record: refunded %d, reserved %d, want it unchanged", p.AmountRefunded, p.AmountReserved)
 	}
-	ok, err = db.Record(ctx, "s", "r2", 1, payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("{}\n"), FailureCode: "declined"}, t0.Add(time.Second))
+	ok, err = db.Record(ctx, payment.KindRefund, "s", "r2", 1, payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("{}\n"), FailureCode: "declined"}, t0.Add(time.Second))
 	if !ok || err != nil {
 		t.Fatalf("Record(r2) = %v, %v", ok, err)
 	}
@@ -193,7 +193,7 @@ func testPaymentsOutliveKeys(t *testing.T, h Harness) {
 	}
 	r1 := refundAttempt("r1", id, 100)
 	mustClaim(t, db, r1)
-	if ok, err := db.Record(ctx, "s", "r1", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}\n")}, t0); !ok || err != nil {
+	if ok, err := db.Record(ctx, payment.KindRefund, "s", "r1", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}\n")}, t0); !ok || err != nil {
 		t.Fatalf("Record(r1) = %v, %v", ok, err)
 	}
 	if n, err := db.Purge(ctx, t0.Add(time.Hour), 10); n != 3 || err != nil {
@@ -242,7 +242,7 @@ func testAnswer(t *testing.T, h Harness) {
 		t.Errorf("Answer in progress = %+v, %v", got, err)
 	}
 	body := []byte("{\"id\":\"" + a.ID + "\"}\n")
-	if ok, err := db.Record(ctx, "s", "k", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: body}, t0); !ok || err != nil {
+	if ok, err := db.Record(ctx, payment.KindPayment, "s", "k", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: body}, t0); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	got, err = db.Answer(ctx, "s", "k")

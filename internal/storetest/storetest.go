@@ -166,7 +166,8 @@ func testTakeOverRace(t *testing.T, h Harness) {
 // The record is guarded twice: by the owner's fence, so an owner whose
 // attempt was taken over writes nothing while the new owner still works,
 // and by the status, so nothing overwrites a final answer, not even the
-// owner that wrote it. Each refused Record affects no row and says so.
+// owner that wrote it; and by the kind it is told, so a payment is never
+// settled as a refund. Each refused Record affects no row and says so.
 func testRecordGuards(t *testing.T, h Harness) {
 	ctx, db := context.Background(), h.Store
 	mustClaim(t, db, NewAttempt("k", t0, time.Minute))
@@ -174,18 +175,21 @@ func testRecordGuards(t *testing.T, h Harness) {
 		t.Fatalf("TakeOver = %v, %v", ok, err)
 	}
 	late := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("late\n"), FailureCode: "card_declined"}
-	if ok, err := db.Record(ctx, "s", "k", 1, late, t0.Add(2*time.Minute)); ok || err != nil {
+	if ok, err := db.Record(ctx, payment.KindPayment, "s", "k", 1, late, t0.Add(2*time.Minute)); ok || err != nil {
 		t.Fatalf("Record by the fenced-out owner, new owner still working = %v, %v, want false", ok, err)
 	}
 	if got := mustAttempt(t, db, "k"); got.Status != payment.InProgress || got.ResponseBody != nil || got.Fence != 2 {
 		t.Fatalf("attempt = %s %q fence %d, want in progress, nothing stored, fence 2", got.Status, got.ResponseBody, got.Fence)
 	}
 	first := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("first\n"), ChargeID: "ch_1"}
-	if ok, err := db.Record(ctx, "s", "k", 2, first, t0.Add(2*time.Minute)); !ok || err != nil {
+	if ok, err := db.Record(ctx, payment.KindRefund, "s", "k", 2, first, t0.Add(2*time.Minute)); ok || err != nil {
+		t.Fatalf("Record of the payment as a refund = %v, %v, want false", ok, err)
+	}
+	if ok, err := db.Record(ctx, payment.KindPayment, "s", "k", 2, first, t0.Add(2*time.Minute)); !ok || err != nil {
 		t.Fatalf("new owner's Record = %v, %v", ok, err)
 	}
 	again := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("again\n")}
-	if ok, err := db.Record(ctx, "s", "k", 2, again, t0.Add(3*time.Minute)); ok || err != nil {
+	if ok, err := db.Record(ctx, payment.KindPayment, "s", "k", 2, again, t0.Add(3*time.Minute)); ok || err != nil {
 		t.Fatalf("second Record by the same owner = %v, %v, want false", ok, err)
 	}
 	got := mustAttempt(t, db, "k")
@@ -215,11 +219,11 @@ func testRecordFencedAfterTakeOver(t *testing.T, h Harness) {
 		t.Fatalf("second TakeOver with the stale fence succeeded")
 	}
 	newOwner := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("new\n"), ChargeID: "ch_new"}
-	if ok, err := db.Record(ctx, "s", "k", 2, newOwner, t0.Add(2*time.Minute)); !ok || err != nil {
+	if ok, err := db.Record(ctx, payment.KindPayment, "s", "k", 2, newOwner, t0.Add(2*time.Minute)); !ok || err != nil {
 		t.Fatalf("new owner's Record = %v, %v", ok, err)
 	}
 	late := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte("late\n")}
-	if ok, err := db.Record(ctx, "s", "k", 1, late, t0.Add(3*time.Minute)); ok || err != nil {
+	if ok, err := db.Record(ctx, payment.KindPayment, "s", "k", 1, late, t0.Add(3*time.Minute)); ok || err != nil {
 		t.Fatalf("late owner's Record = %v, %v, want false", ok, err)
 	}
 	if got := mustAttempt(t, db, "k"); got.Status != payment.Succeeded || string(got.ResponseBody) != "new\n" || got.ChargeID != "ch_new" {
@@ -277,7 +281,7 @@ func testAttemptRoundTrip(t *testing.T, h Harness) {
 		t.Errorf("Attempt in another scope: %v, want not found", err)
 	}
 	declined := payment.Outcome{Status: payment.Failed, ResponseStatus: 402, ResponseBody: []byte(`{"x":1}`), FailureCode: "card_declined"}
-	if ok, err := db.Record(ctx, "s", "k", 1, declined, t0.Add(time.Second)); !ok || err != nil {
+	if ok, err := db.Record(ctx, payment.KindPayment, "s", "k", 1, declined, t0.Add(time.Second)); !ok || err != nil {
 		t.Fatalf("Record = %v, %v", ok, err)
 	}
 	if got := mustAttempt(t, db, "k"); got.FailureCode != "card_declined" || got.ChargeID != "" || got.ResponseStatus != 402 {
@@ -309,7 +313,7 @@ func testStaleAndPurge(t *testing.T, h Harness) {
 	}
 	for _, k := range []string{"settled", "settled-young", "settled-2"} {
 		a := mustAttempt(t, db, k)
-		if ok, err := db.Record(ctx, "s", k, 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}")}, a.CreatedAt); !ok || err != nil {
+		if ok, err := db.Record(ctx, payment.KindPayment, "s", k, 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}")}, a.CreatedAt); !ok || err != nil {
 			t.Fatalf("Record(%s) = %v, %v", k, ok, err)
 		}
 	}
@@ -445,7 +449,7 @@ func testAdmin(t *testing.T, h Harness) {
 	orphan.ID = "pay_9"
 	mustClaim(t, db, orphan)
 	o := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}"), ChargeID: "ch_two"}
-	if ok, err := db.Record(ctx, m.ID, "order-2", 1, o, t0); !ok || err != nil {
+	if ok, err := db.Record(ctx, payment.KindPayment, m.ID, "order-2", 1, o, t0); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	list := func(f payment.AttemptFilter) string {
@@ -510,7 +514,7 @@ func testBindProvider(t *testing.T, h Harness) {
 	if err := db.BindProvider(ctx, "sim"); err == nil || !strings.Contains(err.Error(), "http://bank:1") {
 		t.Errorf("another provider with an attempt in progress = %v, want a refusal naming the bound one", err)
 	}
-	db.Record(ctx, "s", "k", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}")}, t0)
+	db.Record(ctx, payment.KindPayment, "s", "k", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}")}, t0)
 	if err := db.BindProvider(ctx, "http://bank:2"); err != nil {
 		t.Errorf("another provider with nothing in progress = %v, want the binding moved", err)
 	}
