@@ -84,9 +84,10 @@ CREATE INDEX IF NOT EXISTS refunds_payment ON refunds (payment_id, created_at);
 -- is kept. The trigger below moves each key here in the transaction that
 -- deletes its record, whatever code deletes it (an older binary's purge
 -- too), so a key is in payment_attempts or here, never in neither while its
--- payment lives. A claim that wins the attempts' INSERT reads this primary
--- key and refuses the late retry of an old intent. Deleted with the payment
--- (the payment retention), when the key is forgotten.
+-- payment lives. The claim's INSERT reads this primary key (NOT EXISTS)
+-- and inserts nothing for the late retry of an old intent, which the store
+-- then refuses. Deleted with the payment (the payment retention), when the
+-- key is forgotten.
 CREATE TABLE IF NOT EXISTS expired_keys (
     scope      TEXT NOT NULL,
     key_hash   BLOB NOT NULL,  -- SHA-256 of the Idempotency-Key: the key itself is gone

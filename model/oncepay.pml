@@ -264,7 +264,7 @@ inline takeover(me, readfence, res) {
 	}
 }
 
-/* recordSQL. */
+/* recordPaymentSQL (recordSQL, the part it shares with recordRefundSQL, holds the guard). */
 inline record(me, myfence, o, c, res) {
 	atomic {
 		if

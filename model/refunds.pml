@@ -281,7 +281,7 @@ inline takeover(k, me, readfence, res) {
 	}
 }
 
-/* recordSQL and settleRefund, one transaction [settle-money]. */
+/* recordRefundSQL (its guard in recordSQL) and settleRefund, one transaction [settle-money]. */
 inline record(k, me, myfence, o, res) {
 	atomic {
 		if

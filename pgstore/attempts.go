@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -70,6 +71,9 @@ func (db *DB) TakeOver(ctx context.Context, scope, key string, fence int64, now,
 // status: a late owner cannot overwrite what a takeover or reconcile wrote.
 // In the same transaction it settles the payment or refund the attempt made.
 func (db *DB) Record(ctx context.Context, kind payment.Kind, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
+	if kind != payment.KindPayment && kind != payment.KindRefund {
+		return false, fmt.Errorf("record %q: unknown kind %q", key, kind)
+	}
 	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		ok = false
 		var (

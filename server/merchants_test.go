@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -143,7 +144,8 @@ func testdataCopy(t *testing.T, name string) string {
 // with its purged keys moved: a late retry of the purged payment key, of the
 // purged refund key, and of the refund key as a payment are each refused as
 // expired, naming what they made; the live key replays byte for byte; new
-// payments and refunds work.
+// payments and refunds work, a new payment's row settled by the record's
+// trigger (a refund needs it succeeded).
 func TestMigrateDatabaseMadeBeforeExpiredKeys(t *testing.T) {
 	e := newEnv(t, envOptions{dir: testdataCopy(t, "made-by-ea45566"), auth: true})
 	const (
@@ -172,7 +174,12 @@ func TestMigrateDatabaseMadeBeforeExpiredKeys(t *testing.T) {
 	if r := e.refund(paid, "r-new", `{"amount":1500}`, auth...); r.Status != 201 {
 		t.Errorf("a new refund of the old payment = %d %s, want 201 (1,500 of 2,000 left)", r.Status, r.Body)
 	}
-	if r := e.pay("p-3", visa, auth...); r.Status != 201 {
-		t.Errorf("a new payment = %d %s", r.Status, r.Body)
+	r := e.pay("p-3", visa, auth...)
+	var p3 struct{ ID string }
+	if err := json.Unmarshal(r.Body, &p3); r.Status != 201 || err != nil {
+		t.Fatalf("a new payment = %d %s", r.Status, r.Body)
+	}
+	if r := e.refund(p3.ID, "r-3", `{"amount":100}`, auth...); r.Status != 201 {
+		t.Errorf("a refund of the new payment = %d %s, want 201", r.Status, r.Body)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/crashpoint"
@@ -61,9 +62,17 @@ func (db *DB) TakeOver(ctx context.Context, scope, key string, fence int64, now,
 // refund's settles the refund and its payment's reservation.
 func (db *DB) Record(ctx context.Context, kind payment.Kind, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
 	args := []any{o.Status, o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID), nullString(o.FailureCode), ms(now), scope, key, fence}
-	if kind != payment.KindRefund {
-		n, err := db.exec(ctx, db.stmt.recordPayment, func() { crashpoint.Hit("in-record") }, args...)
+	switch kind {
+	case payment.KindPayment:
+		n, err := db.exec(ctx, db.stmt.recordPayment, func(n int64) {
+			if n == 1 {
+				crashpoint.Hit("in-record") // written, not yet committed
+			}
+		}, args...)
 		return n == 1 && err == nil, err
+	case payment.KindRefund:
+	default:
+		return false, fmt.Errorf("record %q: unknown kind %q", key, kind)
 	}
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var (

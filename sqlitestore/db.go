@@ -131,8 +131,9 @@ func (db *DB) write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx
 }
 
 // exec runs one prepared write statement in a shared transaction and
-// returns the rows it affected; then, if set, runs before the commit.
-func (db *DB) exec(ctx context.Context, stmt *sql.Stmt, then func(), args ...any) (int64, error) {
+// returns the rows it affected; then, if set, is given them before the
+// commit.
+func (db *DB) exec(ctx context.Context, stmt *sql.Stmt, then func(affected int64), args ...any) (int64, error) {
 	n, err := db.writer.Exec(ctx, stmt, then, args...)
 	return n, mapErr(err)
 }

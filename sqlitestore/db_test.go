@@ -310,12 +310,16 @@ func TestMigrateKeysToMerchants(t *testing.T) {
 }
 
 // Single-statement writes share transactions without savepoints: a failing
-// statement (here a CHECK violation) is undone alone by SQLite.
+// statement (here a CHECK violation) is undone alone by SQLite, with what
+// its trigger did (a payment's record settles its payment row).
 func TestGroupCommitOneStatementFailsAlone(t *testing.T) {
 	ctx := context.Background()
 	db := MustOpen(t, Options{MaxWait: 20 * time.Millisecond})
-	for i := range 40 {
-		db.Claim(ctx, newAttempt(fmt.Sprint(i), t0, time.Minute))
+	ids := make([]string, 40)
+	for i := range ids {
+		a := newAttempt(fmt.Sprint(i), t0, time.Minute)
+		db.Claim(ctx, a)
+		ids[i] = a.ID
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 40)
@@ -337,6 +341,15 @@ func TestGroupCommitOneStatementFailsAlone(t *testing.T) {
 	counts, _ := db.Counts(ctx)
 	if counts[payment.Succeeded] != 30 || counts[payment.InProgress] != 10 {
 		t.Errorf("counts = %v, want 30 succeeded and the 10 bogus ones still in progress", counts)
+	}
+	for i, id := range ids {
+		want := payment.Succeeded
+		if i%4 == 0 {
+			want = payment.InProgress
+		}
+		if p, err := db.Payment(ctx, "s", id); err != nil || p.Status != want {
+			t.Errorf("payment %d = %v, %v, want %s", i, p, err, want)
+		}
 	}
 	if commits, writes := db.WriteStats(); commits >= writes {
 		t.Errorf("commits = %d for %d writes, want batches of more than one", commits, writes)

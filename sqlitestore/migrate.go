@@ -131,11 +131,12 @@ func migratePayments(ctx context.Context, tx *sql.Tx, schema string) error {
 // (scope, key_hash), from schema.sql (applied in between), and moves the
 // keys purge deleted, whose payment or refund is kept, to expired_keys.
 //
-// The trigger goes first: renaming payments would rewrite its body (and
+// The triggers go first: renaming payments would rewrite their bodies (and
 // expired_keys' reference) to payments_v1, which schema.sql's IF NOT EXISTS
-// would then keep. No database that reaches this step has one yet.
+// would then keep. No database that reaches this step has them yet.
 const migrateExpiredKeysSQL = `
 DROP TRIGGER IF EXISTS payment_attempts_expire;
+DROP TRIGGER IF EXISTS payment_attempts_settle;
 DROP INDEX refunds_payment;
 ALTER TABLE refunds RENAME TO refunds_v1;
 ALTER TABLE payments RENAME TO payments_v1;

@@ -145,8 +145,9 @@ func answerStatus(db *DB) func(ctx context.Context, key string) (payment.Status,
 	}
 }
 
-// BenchmarkRawClaimRecord is the raw SQL ceiling: payments' claim and
-// record statements on the store's own writer connection (same file, same
+// BenchmarkRawClaimRecord is the raw SQL ceiling: the attempts' claim and
+// record statements alone (no payment row, no expired-key test; the
+// record's settle trigger finds no payment) on the store's own writer connection (same file, same
 // pragmas), without the writer goroutine, its savepoints or any caller
 // waiting. A round commits batch claims, then their batch records, as group
 // commit does at best; batch=1 is two commits a payment, as per-request

@@ -91,19 +91,19 @@ func (w *Writer) Write(ctx context.Context, fn func(ctx context.Context, tx *sql
 }
 
 // Exec runs one prepared statement as a write, as Write does, and returns
-// the rows it affected; then, if not nil, is called after the statement has
-// run and before its transaction commits. Most writes are one statement,
-// and skipping their savepoint saves the writer two statements each.
-func (w *Writer) Exec(ctx context.Context, stmt *sql.Stmt, then func(), args ...any) (affected int64, err error) {
+// the rows it affected; then, if not nil, is called with them after the
+// statement has run and before its transaction commits. Most writes are one
+// statement, and skipping their savepoint saves the writer two statements
+// each.
+func (w *Writer) Exec(ctx context.Context, stmt *sql.Stmt, then func(affected int64), args ...any) (affected int64, err error) {
 	err = w.submit(ctx, &writeOp{oneStatement: true, fn: func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
 		if err != nil {
 			return err
 		}
-		if then != nil {
-			then()
+		if affected, err = res.RowsAffected(); err == nil && then != nil {
+			then(affected)
 		}
-		affected, err = res.RowsAffected()
 		return err
 	}})
 	return affected, err

@@ -170,7 +170,8 @@ func testTakeOverRace(t *testing.T, h Harness) {
 // settled as a refund. Each refused Record affects no row and says so.
 func testRecordGuards(t *testing.T, h Harness) {
 	ctx, db := context.Background(), h.Store
-	mustClaim(t, db, NewAttempt("k", t0, time.Minute))
+	a := NewAttempt("k", t0, time.Minute)
+	mustClaim(t, db, a)
 	if _, ok, err := db.TakeOver(ctx, "s", "k", 1, t0.Add(2*time.Minute), t0.Add(3*time.Minute)); !ok || err != nil {
 		t.Fatalf("TakeOver = %v, %v", ok, err)
 	}
@@ -181,9 +182,15 @@ func testRecordGuards(t *testing.T, h Harness) {
 	if got := mustAttempt(t, db, "k"); got.Status != payment.InProgress || got.ResponseBody != nil || got.Fence != 2 {
 		t.Fatalf("attempt = %s %q fence %d, want in progress, nothing stored, fence 2", got.Status, got.ResponseBody, got.Fence)
 	}
+	if p := mustPayment(t, db, a.ID); p.Status != payment.InProgress || p.FailureCode != "" || !p.UpdatedAt.Equal(t0) {
+		t.Fatalf("payment after a refused record = %s %q updated %v, want in progress as claimed", p.Status, p.FailureCode, p.UpdatedAt)
+	}
 	first := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("first\n"), ChargeID: "ch_1"}
 	if ok, err := db.Record(ctx, payment.KindRefund, "s", "k", 2, first, t0.Add(2*time.Minute)); ok || err != nil {
 		t.Fatalf("Record of the payment as a refund = %v, %v, want false", ok, err)
+	}
+	if ok, err := db.Record(ctx, "", "s", "k", 2, first, t0.Add(2*time.Minute)); ok || err == nil {
+		t.Fatalf("Record of no kind = %v, %v, want an error", ok, err)
 	}
 	if ok, err := db.Record(ctx, payment.KindPayment, "s", "k", 2, first, t0.Add(2*time.Minute)); !ok || err != nil {
 		t.Fatalf("new owner's Record = %v, %v", ok, err)
@@ -197,6 +204,10 @@ func testRecordGuards(t *testing.T, h Harness) {
 		got.ResponseStatus != 201 || !got.UpdatedAt.Equal(t0.Add(2*time.Minute)) || !got.LeaseExpiresAt.IsZero() {
 		t.Errorf("attempt = %s %d %q %s updated %v lease %v, want the first record's, no lease",
 			got.Status, got.ResponseStatus, got.ResponseBody, got.ChargeID, got.UpdatedAt, got.LeaseExpiresAt)
+	}
+	if p := mustPayment(t, db, a.ID); p.Status != payment.Succeeded || p.ChargeID != "ch_1" || p.FailureCode != "" ||
+		!p.UpdatedAt.Equal(t0.Add(2*time.Minute)) {
+		t.Errorf("payment = %s %s %q updated %v, want settled by the first record alone", p.Status, p.ChargeID, p.FailureCode, p.UpdatedAt)
 	}
 }
 
@@ -286,6 +297,10 @@ func testAttemptRoundTrip(t *testing.T, h Harness) {
 	}
 	if got := mustAttempt(t, db, "k"); got.FailureCode != "card_declined" || got.ChargeID != "" || got.ResponseStatus != 402 {
 		t.Errorf("after a decline: %+v", got)
+	}
+	if p := mustPayment(t, db, a.ID); p.Status != payment.Failed || p.FailureCode != "card_declined" || p.ChargeID != "" ||
+		!p.UpdatedAt.Equal(t0.Add(time.Second)) {
+		t.Errorf("payment after a decline = %s %q %q updated %v, want failed, card_declined", p.Status, p.FailureCode, p.ChargeID, p.UpdatedAt)
 	}
 }
 
