@@ -22,10 +22,10 @@
  * | step             | Go                              | must contain                                        |
  * |------------------|---------------------------------|-----------------------------------------------------|
  * | read             | payment.(*Service).once         | ans, err := s.Store.Answer(ctx, a.Scope, a.Key)     |
- * | claim            | payment.(*Service).once         | claimed, cerr := s.Store.Claim(ctx, &a)             |
+ * | claim            | payment.(*Service).claim        | claimed, err := s.Store.Claim(ctx, &a)              |
  * | claim            | sqlitestore.claimSQL            | INSERT OR IGNORE INTO payment_attempts              |
  * | claim            | sqlitestore.(*DB).Claim         | err != nil || n == 0                                |
- * | re-read          | payment.(*Service).once         | ans, err = s.Store.Answer(ctx, a.Scope, a.Key)      |
+ * | re-read          | payment.(*Service).claim        | ans, err := s.Store.Answer(ctx, a.Scope, a.Key)     |
  * | duplicate        | payment.(*Service).duplicate    | case ans.Status != InProgress:                      |
  * | duplicate        | payment.(*Service).duplicate    | case ans.LeaseExpiresAt.After(s.Now()):             |
  * | takeover         | payment.(*Service).duplicate    | s.Store.TakeOver(ctx, cur.Scope, cur.Key, cur.Fence |

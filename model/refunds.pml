@@ -38,7 +38,7 @@
  * | refund          | payment.(*Service).Refund     | return s.once(ctx, NewRefundAttempt(scope, key, req, s.Now()    |
  * | refund          | payment.(*Service).operation  | if k == KindRefund {                                            |
  * | read            | payment.(*Service).once       | ans, err := s.Store.Answer(ctx, a.Scope, a.Key)                 |
- * | claim           | payment.(*Service).once       | claimed, cerr := s.Store.Claim(ctx, &a)                         |
+ * | claim           | payment.(*Service).claim      | claimed, err := s.Store.Claim(ctx, &a)                          |
  * | claim           | sqlitestore.claimSQL          | INSERT OR IGNORE INTO payment_attempts                          |
  * | reserve         | sqlitestore.(*DB).Claim       | err = createRefund(ctx, tx, &c)                                 |
  * | reserve         | sqlitestore.createRefund      | SET amount_reserved = amount_reserved + ?1                      |

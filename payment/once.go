@@ -40,19 +40,29 @@ func (s *Service) operation(k Kind) operation {
 // outcome is stored and every later call gets its exact bytes.
 func (s *Service) once(ctx context.Context, a Attempt) (Result, error) {
 	// A retry finds its answer with a read and never waits for the writer.
-	// Only the INSERT of Claim decides who owns a new key.
 	ans, err := s.Store.Answer(ctx, a.Scope, a.Key)
-	if ErrorCode(err) == ENOTFOUND {
-		claimed, cerr := s.Store.Claim(ctx, &a)
-		if cerr != nil {
-			return Result{}, cerr
-		}
-		if claimed {
-			crashpoint.Hit("after-claim")
-			return s.own(ctx, a, false)
-		}
-		ans, err = s.Store.Answer(ctx, a.Scope, a.Key)
+	if err != nil && ErrorCode(err) == ENOTFOUND {
+		return s.claim(ctx, a)
 	}
+	if err != nil {
+		return Result{}, err
+	}
+	return s.duplicate(ctx, a, ans)
+}
+
+// claim claims the key a read found free. Only the INSERT of Claim decides
+// who owns a new key: the loser is a duplicate after all. (Its own function
+// so that only a claim puts a on the heap, not every replay.)
+func (s *Service) claim(ctx context.Context, a Attempt) (Result, error) {
+	claimed, err := s.Store.Claim(ctx, &a)
+	if err != nil {
+		return Result{}, err
+	}
+	if claimed {
+		crashpoint.Hit("after-claim")
+		return s.own(ctx, a, false)
+	}
+	ans, err := s.Store.Answer(ctx, a.Scope, a.Key)
 	if err != nil {
 		return Result{}, err
 	}
