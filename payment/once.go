@@ -41,13 +41,13 @@ func (s *Service) operation(k Kind) operation {
 func (s *Service) once(ctx context.Context, a Attempt) (Result, error) {
 	// A retry finds its answer with a read and never waits for the writer.
 	ans, err := s.Store.Answer(ctx, a.Scope, a.Key)
-	if err != nil && ErrorCode(err) == ENOTFOUND {
+	switch {
+	case err == nil:
+		return s.duplicate(ctx, a, ans)
+	case ErrorCode(err) == ENOTFOUND:
 		return s.claim(ctx, a)
 	}
-	if err != nil {
-		return Result{}, err
-	}
-	return s.duplicate(ctx, a, ans)
+	return Result{}, err
 }
 
 // claim claims the key a read found free. Only the INSERT of Claim decides
