@@ -67,39 +67,52 @@ func (db *DB) TakeOver(ctx context.Context, scope, key string, fence int64, now,
 	return fence + 1, n == 1 && err == nil, err
 }
 
+// recordSQL is the record's UPDATE, guarded by the owner's fence and the
+// status, and by the kind ($10) the caller says the attempt is.
+const recordSQL = `UPDATE payment_attempts
+	SET status = $1, response_status = $2, response_body = $3, charge_id = $4,
+	    failure_code = $5, lease_expires_at = NULL, updated_at = $6
+	WHERE scope = $7 AND idempotency_key = $8 AND status = 'in_progress' AND fence = $9 AND kind = $10`
+
+// recordPaymentSQL records a payment and settles its payment row in one
+// statement, so in one round trip and atomically without a transaction of
+// our own; it answers how many attempts it recorded (0: fenced out).
+const recordPaymentSQL = `WITH a AS (` + recordSQL + ` RETURNING id),
+	p AS (UPDATE payments SET status = $1, charge_id = $4, failure_code = $5, updated_at = $6
+		FROM a WHERE payments.id = a.id)
+	SELECT count(*) FROM a`
+
 // Record stores the final outcome, guarded by the owner's fence and the
 // status: a late owner cannot overwrite what a takeover or reconcile wrote.
-// In the same transaction it settles the payment or refund the attempt made.
+// It settles the payment or refund the attempt made, atomically with it: a
+// payment's in the same statement (so it has no moment written and not yet
+// committed to crash in), a refund's in the same transaction.
 func (db *DB) Record(ctx context.Context, kind payment.Kind, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
-	if kind != payment.KindPayment && kind != payment.KindRefund {
+	args := []any{string(o.Status), o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID),
+		nullString(o.FailureCode), ms(now), scope, key, fence, string(kind)}
+	switch kind {
+	case payment.KindPayment:
+		var n int
+		err := db.pool.QueryRow(ctx, recordPaymentSQL, args...).Scan(&n)
+		return n == 1 && err == nil, mapErr(err)
+	case payment.KindRefund:
+	default:
 		return false, fmt.Errorf("record %q: unknown kind %q", key, kind)
 	}
 	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		ok = false
 		var (
-			id        string
-			paymentID *string
-			amount    int64
+			id, paymentID string
+			amount        int64
 		)
-		err := tx.QueryRow(ctx, `UPDATE payment_attempts
-			SET status = $1, response_status = $2, response_body = $3, charge_id = $4,
-			    failure_code = $5, lease_expires_at = NULL, updated_at = $6
-			WHERE scope = $7 AND idempotency_key = $8 AND status = 'in_progress' AND fence = $9 AND kind = $10
-			RETURNING id, payment_id, amount`,
-			string(o.Status), o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID),
-			nullString(o.FailureCode), ms(now), scope, key, fence, string(kind)).Scan(&id, &paymentID, &amount)
+		err := tx.QueryRow(ctx, recordSQL+` RETURNING id, payment_id, amount`, args...).Scan(&id, &paymentID, &amount)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // fenced out
 		}
 		if err != nil {
 			return err
 		}
-		if kind == payment.KindRefund {
-			err = settleRefund(ctx, tx, id, deref(paymentID), amount, o, now)
-		} else {
-			err = settlePayment(ctx, tx, id, o, now)
-		}
-		if err != nil {
+		if err := settleRefund(ctx, tx, id, paymentID, amount, o, now); err != nil {
 			return err
 		}
 		ok = true

@@ -94,13 +94,6 @@ func refundRefusal(ctx context.Context, tx pgx.Tx, a *payment.Attempt) error {
 	return payment.RefundRefused(a, &payment.Payment{Status: payment.Status(status), Amount: amount, AmountRefunded: refunded, AmountReserved: reserved})
 }
 
-// settlePayment copies a payment's final outcome to its payment row.
-func settlePayment(ctx context.Context, tx pgx.Tx, id string, o payment.Outcome, now time.Time) error {
-	_, err := tx.Exec(ctx, `UPDATE payments SET status = $1, charge_id = $2, failure_code = $3, updated_at = $4
-		WHERE id = $5`, string(o.Status), nullString(o.ChargeID), nullString(o.FailureCode), ms(now), id)
-	return err
-}
-
 // settleRefund copies a refund's final outcome to its row and turns its
 // reservation into refunded money, or gives it back.
 func settleRefund(ctx context.Context, tx pgx.Tx, id, paymentID string, amount int64, o payment.Outcome, now time.Time) error {
