@@ -13,45 +13,109 @@ import (
 	"github.com/oncepay/oncepay/payment"
 )
 
+// claimSQL inserts an attempt unless its (scope, idempotency_key) exists.
+const claimSQL = `INSERT INTO payment_attempts
+	(scope, idempotency_key, id, request_hash, request, amount, currency,
+	 status, fence, lease_expires_at, created_at, updated_at, kind, payment_id, details)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+	ON CONFLICT (scope, idempotency_key) DO NOTHING`
+
+// claimPaymentSQL is a payment's claim and its payment row in one statement
+// ($16 is the key's SHA-256): no payment row unless the attempt went in.
+const claimPaymentSQL = `WITH a AS (` + claimSQL + `
+	RETURNING id, scope, amount, currency, status, details, created_at, updated_at)
+	INSERT INTO payments (id, scope, key_hash, amount, currency, status, details, created_at, updated_at)
+	SELECT id, scope, $16, amount, currency, status, details, created_at, updated_at FROM a`
+
+// expiredKeySQL finds the payment or refund a purged key's record left.
+const expiredKeySQL = `SELECT kind, id, payment_id FROM expired_keys WHERE scope = $1 AND key_hash = $2`
+
 // Claim inserts a unless its (scope, idempotency_key) exists; the rows
 // affected decide ownership, never a read. Of concurrent claims on one key,
 // PostgreSQL makes all but the first wait for its commit, then do nothing.
 // The payment or refund a makes is created in the same transaction
 // (payments.go); a refusal rolls it all back, claim included.
+//
+// The expired-key read comes after the INSERT, not as a NOT EXISTS inside
+// it (as SQLite's one writer can): an INSERT that waited for a purge
+// deleting the key's record still reads the snapshot it started with, where
+// the key is not yet in expired_keys. The next statement's snapshot is newer.
 func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err error) {
 	c := *a // what the claim reserved; a is set to it only once committed
-	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO payment_attempts
-			(scope, idempotency_key, id, request_hash, request, amount, currency,
-			 status, fence, lease_expires_at, created_at, updated_at, kind, payment_id, details)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-			ON CONFLICT (scope, idempotency_key) DO NOTHING`,
-			c.Scope, c.Key, c.ID, c.RequestHash, c.Request, c.Amount, c.Currency,
-			string(c.Status), c.Fence, msOrNull(c.LeaseExpiresAt), ms(c.CreatedAt), ms(c.UpdatedAt),
-			string(c.Kind), nullString(c.PaymentID), c.Details)
-		if err != nil || tag.RowsAffected() == 0 {
-			return err // a duplicate: the caller reads the row that holds the key
-		}
-		// Read after the INSERT, not as a NOT EXISTS inside it (as SQLite's
-		// one writer can): an INSERT that waited for a purge deleting the
-		// key's record still reads the snapshot it started with, where the
-		// key is not yet in expired_keys. This statement's snapshot is newer.
-		if err := refuseExpiredKey(ctx, tx, &c); err != nil {
-			return err
-		}
-		if c.Kind == payment.KindRefund {
+	args := []any{c.Scope, c.Key, c.ID, c.RequestHash, c.Request, c.Amount, c.Currency,
+		string(c.Status), c.Fence, msOrNull(c.LeaseExpiresAt), ms(c.CreatedAt), ms(c.UpdatedAt),
+		string(c.Kind), nullString(c.PaymentID), c.Details}
+	if c.Kind == payment.KindRefund {
+		err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, claimSQL, args...)
+			if err != nil || tag.RowsAffected() == 0 {
+				return err // a duplicate: the caller reads the row that holds the key
+			}
+			if err := refuseExpiredKey(ctx, tx, &c); err != nil {
+				return err
+			}
 			err = createRefund(ctx, tx, &c)
-		} else {
-			err = createPayment(ctx, tx, &c)
-		}
-		claimed = err == nil
-		return err
-	})
+			claimed = err == nil
+			return err
+		})
+	} else {
+		claimed, err = db.claimPayment(ctx, &c, args)
+	}
 	if err != nil {
 		return false, mapErr(err)
 	}
 	*a = c
 	return claimed, nil
+}
+
+// claimPayment is a payment's Claim in two round trips instead of five:
+// one pipeline of BEGIN, the claim with its payment row, and the
+// expired-key read (its own statement, so a newer snapshot); then COMMIT,
+// or ROLLBACK for a duplicate or an expired key.
+func (db *DB) claimPayment(ctx context.Context, c *payment.Attempt, args []any) (claimed bool, err error) {
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(claimPaymentSQL, append(args, payment.KeyHash(c.Key))...)
+	b.Queue(expiredKeySQL, c.Scope, payment.KeyHash(c.Key))
+	br := conn.SendBatch(ctx, b)
+	var inserted int64
+	var kind, id, paymentID string
+	_, err = br.Exec()
+	if err == nil {
+		var tag pgconn.CommandTag
+		tag, err = br.Exec()
+		inserted = tag.RowsAffected()
+	}
+	expired := false
+	if err == nil {
+		err = br.QueryRow().Scan(&kind, &id, &paymentID)
+		expired = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	end := "ROLLBACK" // after an error too: the transaction may be open
+	if err == nil && inserted == 1 && !expired {
+		end = "COMMIT"
+	}
+	if _, eerr := conn.Exec(ctx, end); err == nil {
+		err = eerr
+	}
+	switch {
+	case err != nil:
+		return false, err
+	case inserted == 1 && expired:
+		return false, payment.ExpiredKey(c, kind, id, paymentID)
+	}
+	return inserted == 1, nil
 }
 
 // TakeOver moves an abandoned attempt to a new owner: one guarded UPDATE.

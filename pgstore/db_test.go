@@ -382,3 +382,54 @@ func keysForgotten(t *testing.T, db *DB) {
 		}
 	}
 }
+
+// A claim of a key whose record another instance is purging waits for that
+// purge's transaction, then finds the key expired and refuses it: the
+// expired-key read is a statement after the INSERT, with a snapshot taken
+// once the INSERT's wait is over (a NOT EXISTS inside the INSERT would read
+// the snapshot from before the wait and let the key be claimed again).
+func TestClaimWaitingForAPurgeOfItsKey(t *testing.T) {
+	ctx := context.Background()
+	db, url := mustOpen(t, 8)
+	paid := storetest.NewAttempt("k", raceT0, time.Minute)
+	if ok, err := db.Claim(ctx, paid); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := db.Record(ctx, payment.KindPayment, "s", "k", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}")}, raceT0); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	tx := otherInstance(t, url) // the other instance's purge, in flight
+	if _, err := tx.Exec(ctx, `DELETE FROM payment_attempts WHERE idempotency_key = 'k'`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		ok  bool
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ok, err := db.Claim(ctx, storetest.NewAttempt("k", raceT0.Add(time.Hour), time.Minute))
+		done <- result{ok, err}
+	}()
+	for waiting := 0; waiting == 0; { // until the claim waits for the purge's lock
+		if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("Claim did not wait for the purge: %v, %v", r.ok, r.err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.ok || payment.ErrorCode(r.err) != payment.EKEYEXPIRED {
+		t.Errorf("Claim after the purge committed = %v, %v, want refused as expired", r.ok, r.err)
+	}
+	if _, err := db.Attempt(ctx, "s", "k"); payment.ErrorCode(err) != payment.ENOTFOUND {
+		t.Errorf("Attempt after the refused claim: %v, want none", err)
+	}
+}

@@ -18,8 +18,7 @@ import (
 func refuseExpiredKey(ctx context.Context, tx pgx.Tx, a *payment.Attempt) error {
 	var kind, id, paymentID string
 	hash := payment.KeyHash(a.Key)
-	err := tx.QueryRow(ctx, `SELECT kind, id, payment_id FROM expired_keys WHERE scope = $1 AND key_hash = $2`,
-		a.Scope, hash).Scan(&kind, &id, &paymentID)
+	err := tx.QueryRow(ctx, expiredKeySQL, a.Scope, hash).Scan(&kind, &id, &paymentID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -27,14 +26,6 @@ func refuseExpiredKey(ctx context.Context, tx pgx.Tx, a *payment.Attempt) error 
 		return err
 	}
 	return payment.ExpiredKey(a, kind, id, paymentID)
-}
-
-func createPayment(ctx context.Context, tx pgx.Tx, a *payment.Attempt) error {
-	_, err := tx.Exec(ctx, `INSERT INTO payments
-		(id, scope, key_hash, amount, currency, status, details, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		a.ID, a.Scope, payment.KeyHash(a.Key), a.Amount, a.Currency, string(a.Status), a.Details, ms(a.CreatedAt), ms(a.UpdatedAt))
-	return err
 }
 
 // createRefund reserves a's amount on its payment with one guarded UPDATE:
