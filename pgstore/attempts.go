@@ -33,8 +33,9 @@ const expiredKeySQL = `SELECT kind, id, payment_id FROM expired_keys WHERE scope
 // Claim inserts a unless its (scope, idempotency_key) exists; the rows
 // affected decide ownership, never a read. Of concurrent claims on one key,
 // PostgreSQL makes all but the first wait for its commit, then do nothing.
-// The payment or refund a makes is created in the same transaction
-// (payments.go); a refusal rolls it all back, claim included.
+// The payment or refund a makes is created in the same transaction (a
+// payment's row in the claim's statement, a refund in payments.go); a
+// refusal rolls it all back, claim included.
 //
 // The expired-key read comes after the INSERT, not as a NOT EXISTS inside
 // it (as SQLite's one writer can): an INSERT that waited for a purge
@@ -69,29 +70,33 @@ func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err 
 }
 
 // claimPayment is a payment's Claim in two round trips instead of five:
-// one pipeline of BEGIN, the claim with its payment row, and the
-// expired-key read (its own statement, so a newer snapshot); then COMMIT,
-// or ROLLBACK for a duplicate or an expired key.
+// one pipeline that begins the transaction and holds the claim with its
+// payment row and the expired-key read (its own statement, so a newer
+// snapshot); then COMMIT, or ROLLBACK for a duplicate or an expired key.
 func (db *DB) claimPayment(ctx context.Context, c *payment.Attempt, args []any) (claimed bool, err error) {
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer conn.Release()
+	defer conn.Release() // a connection left in a transaction is closed, not reused
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
+	b.BeginTx(pgx.TxOptions{})
 	b.Queue(claimPaymentSQL, append(args, payment.KeyHash(c.Key))...)
 	b.Queue(expiredKeySQL, c.Scope, payment.KeyHash(c.Key))
 	br := conn.SendBatch(ctx, b)
-	var inserted int64
-	var kind, id, paymentID string
-	_, err = br.Exec()
+	tx := br.Tx()
+	defer tx.Rollback(ctx) // nothing once committed
+	var (
+		inserted            int64
+		expired             bool
+		kind, id, paymentID string
+	)
+	_, err = br.Exec() // BEGIN
 	if err == nil {
 		var tag pgconn.CommandTag
 		tag, err = br.Exec()
 		inserted = tag.RowsAffected()
 	}
-	expired := false
 	if err == nil {
 		err = br.QueryRow().Scan(&kind, &id, &paymentID)
 		expired = err == nil
@@ -102,20 +107,15 @@ func (db *DB) claimPayment(ctx context.Context, c *payment.Attempt, args []any) 
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	end := "ROLLBACK" // after an error too: the transaction may be open
-	if err == nil && inserted == 1 && !expired {
-		end = "COMMIT"
-	}
-	if _, eerr := conn.Exec(ctx, end); err == nil {
-		err = eerr
-	}
 	switch {
 	case err != nil:
 		return false, err
-	case inserted == 1 && expired:
+	case inserted == 0:
+		return false, nil // a duplicate: the caller reads the row that holds the key
+	case expired:
 		return false, payment.ExpiredKey(c, kind, id, paymentID)
 	}
-	return inserted == 1, nil
+	return true, tx.Commit(ctx)
 }
 
 // TakeOver moves an abandoned attempt to a new owner: one guarded UPDATE.
