@@ -35,7 +35,7 @@
  *
  * | step            | Go                            | must contain                                                    |
  * |-----------------|-------------------------------|-----------------------------------------------------------------|
- * | refund          | payment.(*Service).Refund     | return s.once(ctx, NewRefundAttempt(scope, key, req, s.Now()    |
+ * | refund          | payment.(*Service).Refund     | return s.once(ctx, asked(KindRefund, scope, key, canonical)     |
  * | refund          | payment.(*Service).operation  | if k == KindRefund {                                            |
  * | read            | payment.(*Service).once       | ans, err := s.Store.Answer(ctx, a.Scope, a.Key)                 |
  * | claim           | payment.(*Service).claim      | claimed, err := s.Store.Claim(ctx, &a)                          |

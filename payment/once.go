@@ -35,17 +35,26 @@ func (s *Service) operation(k Kind) operation {
 	return payments{s}
 }
 
-// once runs the operation a names at most once under (a.Scope, a.Key),
-// whatever the number of calls: a is the attempt a new claim inserts. A final
-// outcome is stored and every later call gets its exact bytes.
-func (s *Service) once(ctx context.Context, a Attempt) (Result, error) {
+// asked is what a duplicate is decided by: the kind, the key and the
+// request's fingerprint. The rest of an attempt (its id, its details) is
+// made only to be claimed, so that a replay, or a retry storm's 409, costs
+// no more than it must.
+func asked(kind Kind, scope, key string, canonical []byte) Attempt {
+	return Attempt{Kind: kind, Scope: scope, Key: key, RequestHash: fingerprint(canonical)}
+}
+
+// once runs the operation a asks for at most once under (a.Scope, a.Key),
+// whatever the number of calls: a is what was asked (asked), and attempt
+// makes the attempt a new claim inserts. A final outcome is stored and
+// every later call gets its exact bytes.
+func (s *Service) once(ctx context.Context, a Attempt, attempt func() Attempt) (Result, error) {
 	// A retry finds its answer with a read and never waits for the writer.
 	ans, err := s.Store.Answer(ctx, a.Scope, a.Key)
 	switch {
 	case err == nil:
 		return s.duplicate(ctx, a, ans)
 	case ErrorCode(err) == ENOTFOUND:
-		return s.claim(ctx, a)
+		return s.claim(ctx, attempt())
 	}
 	return Result{}, err
 }

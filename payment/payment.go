@@ -64,7 +64,12 @@ type Attempt struct {
 // key) at now: in progress under fence 1, its owner's lease running for
 // lease. req must be valid (ParseRequest).
 func NewAttempt(scope, key string, req Request, now time.Time, lease time.Duration) Attempt {
-	a := newAttempt(KindPayment, scope, key, NewPaymentID(), req.Canonical(), req.Amount, req.Currency, now, lease)
+	return paymentAttempt(scope, key, req, req.Canonical(), now, lease)
+}
+
+// paymentAttempt is NewAttempt of req's canonical form, already made.
+func paymentAttempt(scope, key string, req Request, canonical []byte, now time.Time, lease time.Duration) Attempt {
+	a := newAttempt(KindPayment, scope, key, NewPaymentID(), canonical, req.Amount, req.Currency, now, lease)
 	a.Details = marshalLine(paymentDetails{Description: req.Description, Metadata: req.Metadata})
 	return a
 }

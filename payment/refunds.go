@@ -90,7 +90,12 @@ type refundDetails struct {
 // (scope, key) at now. Its amount is req.Amount, 0 for all that is left:
 // the store's claim sets it to what it reserved, and the currency.
 func NewRefundAttempt(scope, key string, req RefundRequest, now time.Time, lease time.Duration) Attempt {
-	a := newAttempt(KindRefund, scope, key, NewRefundID(), req.Canonical(), req.Amount, "", now, lease)
+	return refundAttempt(scope, key, req, req.Canonical(), now, lease)
+}
+
+// refundAttempt is NewRefundAttempt of req's canonical form, already made.
+func refundAttempt(scope, key string, req RefundRequest, canonical []byte, now time.Time, lease time.Duration) Attempt {
+	a := newAttempt(KindRefund, scope, key, NewRefundID(), canonical, req.Amount, "", now, lease)
 	a.PaymentID = req.PaymentID
 	a.Details = marshalLine(refundDetails{Reason: req.Reason})
 	return a
@@ -101,7 +106,10 @@ func NewRefundAttempt(scope, key string, req RefundRequest, now time.Time, lease
 // same flow as Pay. The amount is reserved on the payment in the claim, so
 // refunds that together exceed the payment never all reach the provider.
 func (s *Service) Refund(ctx context.Context, scope, key string, req RefundRequest) (Result, error) {
-	return s.once(ctx, NewRefundAttempt(scope, key, req, s.Now(), s.Lease))
+	canonical := req.Canonical()
+	return s.once(ctx, asked(KindRefund, scope, key, canonical), func() Attempt {
+		return refundAttempt(scope, key, req, canonical, s.Now(), s.Lease)
+	})
 }
 
 // Refunds returns the refunds of the payment id in scope, oldest first.

@@ -41,7 +41,10 @@ type Service struct {
 // number of calls. A final outcome is stored and every later call gets its
 // exact bytes; errors carry the code the client sees.
 func (s *Service) Pay(ctx context.Context, scope, key string, req Request) (Result, error) {
-	return s.once(ctx, NewAttempt(scope, key, req, s.Now(), s.Lease))
+	canonical := req.Canonical()
+	return s.once(ctx, asked(KindPayment, scope, key, canonical), func() Attempt {
+		return paymentAttempt(scope, key, req, canonical, s.Now(), s.Lease)
+	})
 }
 
 // payments is the operation of a payment: one charge.
