@@ -346,9 +346,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer a.Close()
 	m := metrics.New(a.db.InProgress, time.Now)
-	if c, ok := a.db.(metrics.ReplayCacher); ok { // both stores
-		m.ReplayCache(c.ReplayCacheStats)
-	}
+	m.Store(a.db)
 	a.service.ObserveProviderCall = m.ProviderCall
 	srvCfg := server.Config{Payments: a.service, Log: log, Metrics: m.Handler(), CountRequest: m.Request, CountRefund: m.Refund}
 	if a.sim != nil {

@@ -79,11 +79,23 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 	return m
 }
 
+// Store registers what store reports of itself: its replay cache
+// (ReplayCacher: both stores) and its writer (GroupCommitter: SQLite;
+// PostgreSQL commits each write itself).
+func (m *Metrics) Store(store any) {
+	if c, ok := store.(ReplayCacher); ok {
+		m.replayCache(c.ReplayCacheStats)
+	}
+	if g, ok := store.(GroupCommitter); ok {
+		m.groupCommit(g)
+	}
+}
+
 // ReplayCacher is a store that keeps a replay cache.
 type ReplayCacher interface{ ReplayCacheStats() replaycache.Stats }
 
-// ReplayCache reports what a store's replay cache did, read at each scrape.
-func (m *Metrics) ReplayCache(stats func() replaycache.Stats) {
+// replayCache reports what a store's replay cache did, read at each scrape.
+func (m *Metrics) replayCache(stats func() replaycache.Stats) {
 	m.registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "oncepay_replay_cache_hits_total",
@@ -97,6 +109,32 @@ func (m *Metrics) ReplayCache(stats func() replaycache.Stats) {
 			Name: "oncepay_replay_cache_bytes",
 			Help: "Memory the kept answers take, at most --replay-cache-mb.",
 		}, func() float64 { return float64(stats().Bytes) }),
+	)
+}
+
+// GroupCommitter is a store whose writes go through one group-commit writer.
+type GroupCommitter interface {
+	WriteStats() (commits, writes int64)
+	WritesQueued() int64
+}
+
+// groupCommit reports what a store's writer did, read at each scrape: its
+// transactions, the writes they held (writes over commits is the mean
+// batch) and the writes waiting for it.
+func (m *Metrics) groupCommit(g GroupCommitter) {
+	m.registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "oncepay_store_commits_total",
+			Help: "Transactions the database writer committed, each one sync of the disk.",
+		}, func() float64 { c, _ := g.WriteStats(); return float64(c) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "oncepay_store_writes_total",
+			Help: "Writes (claims, records, ...) those transactions held; its rate over the commits' is the mean batch.",
+		}, func() float64 { _, w := g.WriteStats(); return float64(w) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "oncepay_store_writes_queued",
+			Help: "Writes waiting for the writer to take them: how far behind the disk is.",
+		}, func() float64 { return float64(g.WritesQueued()) }),
 	)
 }
 

@@ -62,9 +62,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	oe := oncepaytest.Open(t, oncepaytest.Options{Dir: o.dir, Faults: o.faults, Now: o.now, Lease: o.lease, Store: o.storeOp, Log: o.log, Postgres: pg})
 	m := metrics.New(oe.DB.InProgress, oe.Service.Now)
-	if c, ok := oe.DB.(metrics.ReplayCacher); ok { // as serve does
-		m.ReplayCache(c.ReplayCacheStats)
-	}
+	m.Store(oe.DB)
 	oe.Service.ObserveProviderCall = m.ProviderCall
 	oe.Reconciler.Observe = m.Reconciled
 	cfg := server.Config{Payments: oe.Service, Sim: oe.Sim.Handler(), Log: oe.Log, Metrics: m.Handler(), CountRequest: m.Request,

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,50 @@ func (e *env) scrape(headers ...string) map[string]float64 {
 		samples[line[:i]] = v
 	}
 	return samples
+}
+
+// The writer's metrics count its transactions and the writes they held: a
+// new payment is two (its claim, then its record, each committed before
+// the client hears of it), a replay none.
+func TestMetricsWriter(t *testing.T) {
+	e := newEnv(t, envOptions{auth: true, adminToken: "admin-tok"})
+	_, secret := e.apiKey("shop")
+	auth := []string{"Authorization", "Bearer " + secret}
+	admin := []string{"Authorization", "Bearer admin-tok"}
+	writer := func() (commits, writes, queued float64) {
+		m := e.scrape(admin...)
+		return m["oncepay_store_commits_total"], m["oncepay_store_writes_total"], m["oncepay_store_writes_queued"]
+	}
+	c0, w0, _ := writer()
+	if r := e.pay("writer-1", visa, auth...); r.Status != 201 {
+		t.Fatalf("pay = %d %s", r.Status, r.Body)
+	}
+	c1, w1, _ := writer()
+	if c1-c0 != 2 || w1-w0 != 2 {
+		t.Errorf("a new payment: +%v commits, +%v writes; want 2 and 2 (claim, record)", c1-c0, w1-w0)
+	}
+	if r := e.pay("writer-1", visa, auth...); r.Status != 201 {
+		t.Fatalf("replay = %d %s", r.Status, r.Body)
+	}
+	c2, w2, q := writer()
+	if c2 != c1 || w2 != w1 || q != 0 {
+		t.Errorf("a replay: +%v commits, +%v writes, %v queued; want none", c2-c1, w2-w1, q)
+	}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r := e.pay(fmt.Sprint("writer-many-", i), visa, auth...); r.Status != 201 {
+				t.Errorf("pay = %d %s", r.Status, r.Body)
+			}
+		}()
+	}
+	wg.Wait()
+	c3, w3, _ := writer()
+	if w3-w2 != 40 || c3-c2 < 1 || c3-c2 > 40 {
+		t.Errorf("20 payments at once: +%v commits, +%v writes; want 40 writes in 1 to 40 commits", c3-c2, w3-w2)
+	}
 }
 
 // A scripted sequence of requests moves each metric as documented, and no

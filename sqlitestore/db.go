@@ -142,6 +142,9 @@ func (db *DB) exec(ctx context.Context, stmt *sql.Stmt, then func(affected int64
 // many writes they held: writes/commits is the mean group-commit batch.
 func (db *DB) WriteStats() (commits, writes int64) { return db.writer.Stats() }
 
+// WritesQueued returns how many writes wait for the writer to take them.
+func (db *DB) WritesQueued() int64 { return db.writer.Queued() }
+
 // mapErr turns what the environment causes (a busy or full database, an I/O
 // error) into EUNAVAILABLE, which clients see as 503 with Retry-After.
 // SQLite errors are matched by their primary result code.
