@@ -1,15 +1,17 @@
 // Package batchlog writes log lines the way the store commits writes: one
 // goroutine takes every line waiting and writes them with one system call.
-// An idle server writes each line at once; a busy one makes one write for
-// many requests' lines, not one each. A process that dies without closing it
-// (killed with SIGKILL, or a crash) loses the lines not yet written, those of
-// its last moments, never a payment: the database, not the log, is the
-// record.
+// A line waits at most a linger (New) for others to join it: a busy server
+// makes one write, and one wake-up of that goroutine, for many requests'
+// lines, and an idle one writes each line that long after it is logged. A
+// process that dies without closing it (killed with SIGKILL, or a crash)
+// loses the lines not yet written, those of its last moments, never a
+// payment: the database, not the log, is the record.
 package batchlog
 
 import (
 	"io"
 	"sync"
+	"time"
 )
 
 // MaxPending bounds the bytes waiting: past it (the output is stuck or
@@ -19,7 +21,8 @@ const MaxPending = 1 << 20
 // Writer is an io.Writer for log lines. Build it with New and Close it to
 // write what is waiting.
 type Writer struct {
-	out io.Writer
+	out    io.Writer
+	linger time.Duration
 
 	outMu sync.Mutex // held while a batch is written: batches keep their order
 	spare []byte     // the last batch's buffer, for the next; under outMu
@@ -33,9 +36,10 @@ type Writer struct {
 	done chan struct{}
 }
 
-// New starts the goroutine that writes to out.
-func New(out io.Writer) *Writer {
-	w := &Writer{out: out, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+// New starts the goroutine that writes to out. The first line of a batch
+// waits linger for more to join it; 0 writes what is waiting at once.
+func New(out io.Writer, linger time.Duration) *Writer {
+	w := &Writer{out: out, linger: linger, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -60,13 +64,30 @@ func (w *Writer) Write(p []byte) (int, error) {
 
 func (w *Writer) run() {
 	defer close(w.done)
+	var linger *time.Timer
+	if w.linger > 0 {
+		linger = time.NewTimer(w.linger)
+		linger.Stop()
+	}
 	for {
 		select {
 		case <-w.wake:
-			w.flush()
 		case <-w.stop:
 			return
 		}
+		if linger != nil {
+			linger.Reset(w.linger)
+			select {
+			case <-linger.C:
+			case <-w.stop: // Close writes what is waiting
+				return
+			}
+			select {
+			case <-w.wake: // the lines it stands for go in this batch
+			default:
+			}
+		}
+		w.flush()
 	}
 }
 

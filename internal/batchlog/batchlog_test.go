@@ -38,7 +38,7 @@ func (o *out) String() string {
 // goroutine's in its order, and Close writes what still waits.
 func TestEveryLineOnceInOrder(t *testing.T) {
 	o := &out{}
-	w := New(o)
+	w := New(o, 0)
 	const writers, lines = 8, 500
 	var wg sync.WaitGroup
 	for g := range writers {
@@ -75,7 +75,7 @@ func TestEveryLineOnceInOrder(t *testing.T) {
 // out together in the next call: one call per batch, not per line.
 func TestLinesWrittenInBatches(t *testing.T) {
 	o := &out{gate: make(chan struct{})}
-	w := New(o)
+	w := New(o, 0)
 	fmt.Fprintln(w, "first") // the goroutine takes it and blocks in the gate
 	time.Sleep(20 * time.Millisecond)
 	for i := range 100 {
@@ -92,7 +92,7 @@ func TestLinesWrittenInBatches(t *testing.T) {
 // Write waits for the output.
 func TestStuckOutputBoundsMemory(t *testing.T) {
 	o := &out{gate: make(chan struct{})}
-	w := New(o)
+	w := New(o, 0)
 	line := []byte(strings.Repeat("x", 1023) + "\n")
 	returned := make(chan int)
 	go func() {
@@ -117,4 +117,55 @@ func TestStuckOutputBoundsMemory(t *testing.T) {
 	close(o.gate)
 	<-returned
 	w.Close()
+}
+
+// With a linger, the lines logged within it go out in one call, without
+// Close, and an idle writer's line is not held longer than that.
+func TestLingerGathersLines(t *testing.T) {
+	o := &out{}
+	w := New(o, time.Second)
+	defer w.Close()
+	fmt.Fprintln(w, "line", 0)
+	time.Sleep(50 * time.Millisecond) // long enough for the goroutine to take it
+	for i := range 99 {
+		fmt.Fprintln(w, "line", i+1)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(o.String(), "line 99\n") {
+		if time.Now().After(deadline) {
+			t.Fatal("the lines were not written within 5 s of the 1 s linger")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	o.mu.Lock()
+	calls := o.calls
+	o.mu.Unlock()
+	if calls != 1 {
+		t.Errorf("100 lines logged within the linger, 50 ms apart, took %d calls, want 1", calls)
+	}
+	fmt.Fprintln(w, "alone")
+	for !strings.Contains(o.String(), "alone\n") {
+		if time.Now().After(deadline.Add(5 * time.Second)) {
+			t.Fatal("an idle writer's line was not written")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Close writes what is waiting at once, without waiting out the linger.
+func TestCloseDoesNotWaitTheLinger(t *testing.T) {
+	o := &out{}
+	w := New(o, time.Hour)
+	fmt.Fprintln(w, "last words")
+	time.Sleep(10 * time.Millisecond) // the goroutine is lingering
+	start := time.Now()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	if o.String() != "last words\n" {
+		t.Errorf("after Close the output is %q, want the waiting line", o.String())
+	}
 }
