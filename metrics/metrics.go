@@ -133,7 +133,7 @@ func (m *Metrics) groupCommit(g GroupCommitter) {
 		}, func() float64 { _, w := g.WriteStats(); return float64(w) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "oncepay_store_writes_queued",
-			Help: "Writes waiting for the writer to take them: how far behind the disk is.",
+			Help: "Writes waiting for the writer to take them: how far behind it is.",
 		}, func() float64 { return float64(g.WritesQueued()) }),
 	)
 }
