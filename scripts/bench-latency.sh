@@ -55,7 +55,10 @@ run() {
     --sim-db "$dir/sim.db" --sim-latency "$1" 2>"$dir/log" &
   local pid=$!
   echo "$pid" >"$work/pid"
-  until curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; do sleep 0.1; done
+  until curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; do
+    kill -0 "$pid" 2>/dev/null || { cat "$dir/log" >&2; exit 1; } # it did not start
+    sleep 0.1
+  done
   local cpu0 cpu1 w0 w1 out
   cpu0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   w0=$(writer)
