@@ -82,7 +82,7 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 // Store registers what store reports of itself: its replay cache
 // (ReplayCacher: both stores) and its writer (GroupCommitter: SQLite;
 // PostgreSQL commits each write itself).
-func (m *Metrics) Store(store any) {
+func (m *Metrics) Store(store payment.Database) {
 	if c, ok := store.(ReplayCacher); ok {
 		m.replayCache(c.ReplayCacheStats)
 	}

@@ -66,6 +66,11 @@ func TestMetricsWriter(t *testing.T) {
 	admin := []string{"Authorization", "Bearer admin-tok"}
 	writer := func() (commits, writes, queued float64) {
 		m := e.scrape(admin...)
+		for _, name := range []string{"oncepay_store_commits_total", "oncepay_store_writes_total", "oncepay_store_writes_queued"} {
+			if _, ok := m[name]; !ok {
+				t.Fatalf("no %s in /metrics", name)
+			}
+		}
 		return m["oncepay_store_commits_total"], m["oncepay_store_writes_total"], m["oncepay_store_writes_queued"]
 	}
 	c0, w0, _ := writer()
@@ -84,19 +89,19 @@ func TestMetricsWriter(t *testing.T) {
 		t.Errorf("a replay: +%v commits, +%v writes, %v queued; want none", c2-c1, w2-w1, q)
 	}
 	var wg sync.WaitGroup
-	for i := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if r := e.pay(fmt.Sprint("writer-many-", i), visa, auth...); r.Status != 201 {
-				t.Errorf("pay = %d %s", r.Status, r.Body)
-			}
-		}()
+	statuses := make([]int, 20)
+	for i := range statuses {
+		wg.Go(func() { statuses[i] = e.pay(fmt.Sprint("writer-many-", i), visa, auth...).Status })
 	}
 	wg.Wait()
+	for i, status := range statuses {
+		if status != 201 {
+			t.Fatalf("payment %d = %d, want 201", i, status)
+		}
+	}
 	c3, w3, _ := writer()
-	if w3-w2 != 40 || c3-c2 < 1 || c3-c2 > 40 {
-		t.Errorf("20 payments at once: +%v commits, +%v writes; want 40 writes in 1 to 40 commits", c3-c2, w3-w2)
+	if w3-w2 != 40 || c3-c2 < 1 {
+		t.Errorf("20 payments at once: +%v commits, +%v writes; want 40 writes in at least one commit", c3-c2, w3-w2)
 	}
 }
 
