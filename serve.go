@@ -333,7 +333,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	// A line per request: written in batches, not a system call each, and
 	// each line waits up to 5 ms for others, so a busy server wakes the
-	// log's goroutine once per batch, not once per line: +7-8% replays
+	// log's goroutine once per batch, not once per line: +5-8% replays
 	// (BENCHMARKS.md), no wait a person can see.
 	logs := batchlog.New(stderr, 5*time.Millisecond)
 	defer logs.Close()

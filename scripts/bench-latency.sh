@@ -69,19 +69,21 @@ run() {
   rss=$(awk '/^VmHWM/{printf "%.0f", $2 / 1024}' "/proc/$pid/status")
   kill "$pid"
   wait "$pid" 2>/dev/null || true
+  : >"$work/pid" # nothing left for the exit trap to kill
   rate=$(awk '/^Requests\/sec/{printf "%.0f", $2}' <<<"$out")
   rates[$1-$2]+="$rate "
-  printf '%-6s %6s %9s %8s %8s %6s %10s %7s %7s\n' "$1" "$2" "$rate" \
+  printf '%-6s %6s %9s %8s %8s %8s %6s %10s %7s %7s\n' "$1" "$2" "$rate" \
     "$(awk '$1 == "99%" {print $2}' <<<"$out")" \
     "$(awk '/Non-2xx/{print $NF}' <<<"$out" | grep . || echo 0)" \
+    "$(awk '/Socket errors/{gsub(",", ""); print $4 + $6 + $8 + $10}' <<<"$out" | grep . || echo 0)" \
     "$(awk -v a="$cpu0" -v b="$cpu1" -v t="$(getconf CLK_TCK)" -v d="$duration" 'BEGIN{printf "%.2f", (b - a) / t / d}')" \
     "$(awk -v d="$duration" '{printf "%.0f", ($3 - $1) / d}' <<<"$w0 $w1")" \
-    "$(awk '{printf "%.1f", ($4 - $2) / ($3 - $1)}' <<<"$w0 $w1")" "$rss MB"
+    "$(awk '{if ($3 > $1) printf "%.1f", ($4 - $2) / ($3 - $1); else print "-"}' <<<"$w0 $w1")" "$rss MB"
 }
 
 declare -A rates
 echo "new payments, wrk -t2, ${duration} s a run, $(nproc) cores, $(date -u '+%a %b %-d %Y %H:%M UTC')"
-printf '%-6s %6s %9s %8s %8s %6s %10s %7s %7s\n' bank conns "req/s" p99 non-2xx cores "commits/s" batch RSS
+printf '%-6s %6s %9s %8s %8s %8s %6s %10s %7s %7s\n' bank conns "req/s" p99 non-2xx "sock err" cores "commits/s" batch RSS
 for round in $(seq "$rounds"); do
   run 0s 64
   run 0s 1000
