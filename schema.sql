@@ -14,7 +14,7 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
     request          BLOB    NOT NULL,  -- the canonical request (JSON)
     amount           INTEGER NOT NULL,
     currency         TEXT    NOT NULL,
-    status           TEXT    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed')),
+    status           TEXT    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed', 'queued', 'expired')),
     fence            INTEGER NOT NULL,  -- owner generation, bumped by each takeover
     lease_expires_at INTEGER,           -- NULL: no owner holds it
     response_status  INTEGER,           -- NULL until final
@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS payments (
     key_hash        BLOB    NOT NULL,
     amount          INTEGER NOT NULL,
     currency        TEXT    NOT NULL,
-    status          TEXT    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed')),
+    status          TEXT    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed', 'queued', 'expired')),
     charge_id       TEXT,
     failure_code    TEXT,
     amount_refunded INTEGER NOT NULL DEFAULT 0,  -- refunds that succeeded
@@ -175,3 +175,38 @@ CREATE TABLE IF NOT EXISTS webhook_events (
 -- The sweep finds stranded events, the admin page lists by state.
 CREATE INDEX IF NOT EXISTS webhook_events_state_updated
     ON webhook_events (state, updated_at);
+
+-- Merchants' limits for payments taken while the provider cannot be reached
+-- (offline mode), one row per merchant; no row: off. Each limit applies to
+-- each currency alone, in minor units.
+CREATE TABLE IF NOT EXISTS offline_limits (
+    scope      TEXT    PRIMARY KEY,  -- the merchant id
+    max_amount INTEGER NOT NULL CHECK (max_amount > 0),       -- one payment
+    max_total  INTEGER NOT NULL CHECK (max_total >= max_amount), -- all queued in one currency
+    max_age_ms INTEGER NOT NULL CHECK (max_age_ms > 0),       -- how long one may wait
+    updated_at INTEGER NOT NULL
+);
+
+-- The forward queue: a row per payment answered 202 queued, in the
+-- transaction that records that answer, deleted in the transaction that
+-- settles it. Its primary key is the payment, so a payment is queued once;
+-- fence and lease say which forwarder may call the provider for it, as for
+-- attempts. reached: a call may have reached the provider, so every try
+-- asks it by key first.
+CREATE TABLE IF NOT EXISTS forward_queue (
+    payment_id       TEXT    PRIMARY KEY REFERENCES payments (id),
+    scope            TEXT    NOT NULL,
+    idempotency_key  TEXT    NOT NULL,
+    amount           INTEGER NOT NULL,
+    currency         TEXT    NOT NULL,
+    fence            INTEGER NOT NULL,  -- bumped by every forward claim
+    lease_expires_at INTEGER,           -- NULL: no forwarder holds it
+    tries            INTEGER NOT NULL,  -- forward claims begun
+    reached          INTEGER NOT NULL,  -- 1: a call may have reached the provider
+    last_error       TEXT,              -- why the last try left it queued
+    queued_at        INTEGER NOT NULL,
+    expires_at       INTEGER NOT NULL   -- the payment's creation plus the merchant's max age
+);
+-- The forwarder takes the oldest first; the limits sum a merchant's currency.
+CREATE INDEX IF NOT EXISTS forward_queue_queued ON forward_queue (queued_at);
+CREATE INDEX IF NOT EXISTS forward_queue_scope_currency ON forward_queue (scope, currency);

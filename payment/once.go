@@ -139,6 +139,13 @@ func (s *Service) own(ctx context.Context, a Attempt, lookupFirst bool) (Result,
 	}
 	if err != nil {
 		s.Log.Warn("provider outcome unknown", "kind", a.Kind, "id", a.ID, "err", err)
+		if a.Kind == KindPayment && unreachable(err) {
+			// A call that was made may have reached the provider; so may
+			// the earlier owner's, after a takeover.
+			if res, ok := s.queue(ctx, a, lookupFirst || !errors.Is(err, ErrLinkDown)); ok {
+				return res, nil
+			}
+		}
 		// Not stored: the retry (same key) takes over at once and asks the provider.
 		if rerr := s.Store.Release(ctx, a.Scope, a.Key, a.Fence, s.Now()); rerr != nil {
 			s.Log.Error("release lease", "kind", a.Kind, "id", a.ID, "err", rerr)
@@ -160,6 +167,14 @@ func (s *Service) own(ctx context.Context, a Attempt, lookupFirst bool) (Result,
 		return s.settled(ctx, a)
 	}
 	return Result{Status: o.ResponseStatus, Body: o.ResponseBody}, nil
+}
+
+// unreachable reports whether err says the provider could not be reached
+// or could not answer (the link, a timeout, its 5xx): what a payment may be
+// queued for. Not a refusal of oncepay's credentials, nor a lease that ran
+// out before any call.
+func unreachable(err error) bool {
+	return !errors.Is(err, ErrProviderUnavailable) && !errors.Is(err, errLeaseRanOut)
 }
 
 // errLeaseRanOut: the owner's lease ended before it asked the provider

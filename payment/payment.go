@@ -163,6 +163,10 @@ type Refund struct {
 // Store keeps attempts, and the payments and refunds they make. A duplicate
 // claim is a result, not an error.
 type Store interface {
+	// The forward queue of payments taken while the provider could not be
+	// reached (offline.go).
+	QueueStore
+
 	// Claim inserts a, unless (a.Scope, a.Key) exists. claimed is true when
 	// this call created the row and so owns the attempt. In the same
 	// transaction it creates what a makes: a payment, or a refund, whose

@@ -35,6 +35,12 @@ type Service struct {
 	// "charge" or "lookup", result one of succeeded, declined, found,
 	// not_found or unknown.
 	ObserveProviderCall func(op, result string, d time.Duration)
+	// ObserveQueue, if set, is told what became of every payment offered
+	// to the forward queue.
+	ObserveQueue func(v QueueVerdict, currency string, amount int64)
+	// LinkDown, if set, reports whether the link to the provider is down
+	// (the circuit breaker is open): a forward run then stops early.
+	LinkDown func() bool
 }
 
 // Pay makes the payment req under (scope, key) at most once, whatever the

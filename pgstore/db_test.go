@@ -93,14 +93,17 @@ func holdWrites(t *testing.T, url string) (release func()) {
 // heldTables are the tables holdWrites locks.
 const heldTables = `payment_attempts, payments, refunds, webhook_events`
 
-// waitBlocked waits until n statements wait for a lock on a held table.
+// waitBlocked waits until n statements wait for a lock.
 func waitBlocked(t *testing.T, db *DB, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var waiting int
-		err := db.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
-			WHERE relation = ANY (string_to_array($1, ', ')::regclass[]) AND NOT granted`, heldTables).Scan(&waiting)
+		// Every backend of this database waiting for a lock: on a held
+		// table, or on a row another waiter locked first (the offline
+		// limits' row, which serializes a merchant's queue).
+		err := db.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
 		if err != nil {
 			t.Fatal(err)
 		}

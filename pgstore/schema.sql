@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
     request          BYTEA   NOT NULL,  -- the canonical request (JSON)
     amount           BIGINT  NOT NULL,
     currency         TEXT    NOT NULL,
-    status           TEXT    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed')),
+    status           TEXT    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed', 'queued', 'expired')),
     fence            BIGINT  NOT NULL,  -- owner generation, bumped by each takeover
     lease_expires_at BIGINT,            -- NULL: no owner holds it
     response_status  INTEGER,           -- NULL until final
@@ -58,7 +58,7 @@ CREATE TABLE IF NOT EXISTS payments (
     key_hash        BYTEA   NOT NULL,
     amount          BIGINT  NOT NULL,
     currency        TEXT    NOT NULL,
-    status          TEXT    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed')),
+    status          TEXT    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed', 'queued', 'expired')),
     charge_id       TEXT COLLATE "C",
     failure_code    TEXT,
     amount_refunded BIGINT  NOT NULL DEFAULT 0,  -- refunds that succeeded
@@ -211,3 +211,49 @@ CREATE TABLE IF NOT EXISTS webhook_events (
 -- The sweep finds stranded events, the admin page lists by state.
 CREATE INDEX IF NOT EXISTS webhook_events_state_updated
     ON webhook_events (state, updated_at);
+
+-- A database made before offline payments lets its attempts and payments be
+-- queued and expired: the status CHECKs are replaced, NOT VALID, since every
+-- row already there holds the stricter one (no scan of the tables).
+DO $$
+DECLARE t TEXT;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['payment_attempts', 'payments'] LOOP
+        IF EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = t::regclass AND conname = t || '_status_check'
+                   AND pg_get_constraintdef(oid) NOT LIKE '%queued%') THEN
+            EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', t, t || '_status_check');
+            EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (status IN (%L, %L, %L, %L, %L)) NOT VALID',
+                           t, t || '_status_check', 'in_progress', 'succeeded', 'failed', 'queued', 'expired');
+        END IF;
+    END LOOP;
+END $$;
+
+-- Merchants' limits for payments taken while the provider cannot be reached
+-- (offline mode); no row: off. Each applies to each currency alone.
+CREATE TABLE IF NOT EXISTS offline_limits (
+    scope      TEXT COLLATE "C" PRIMARY KEY,
+    max_amount BIGINT NOT NULL CHECK (max_amount > 0),
+    max_total  BIGINT NOT NULL CHECK (max_total >= max_amount),
+    max_age_ms BIGINT NOT NULL CHECK (max_age_ms > 0),
+    updated_at BIGINT NOT NULL
+);
+
+-- The forward queue, as in schema.sql: a row per queued payment, made with
+-- its 202 and deleted with its settlement; fence and lease say which
+-- forwarder (of any instance) may call the provider for it.
+CREATE TABLE IF NOT EXISTS forward_queue (
+    payment_id       TEXT COLLATE "C" PRIMARY KEY REFERENCES payments (id),
+    scope            TEXT COLLATE "C" NOT NULL,
+    idempotency_key  TEXT COLLATE "C" NOT NULL,
+    amount           BIGINT  NOT NULL,
+    currency         TEXT    NOT NULL,
+    fence            BIGINT  NOT NULL,
+    lease_expires_at BIGINT,
+    tries            INTEGER NOT NULL,
+    reached          BOOLEAN NOT NULL,
+    last_error       TEXT,
+    queued_at        BIGINT  NOT NULL,
+    expires_at       BIGINT  NOT NULL
+);
+CREATE INDEX IF NOT EXISTS forward_queue_queued ON forward_queue (queued_at);
+CREATE INDEX IF NOT EXISTS forward_queue_scope_currency ON forward_queue (scope, currency);

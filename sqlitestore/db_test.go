@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -479,5 +480,50 @@ func TestMigrateToExpiredKeys(t *testing.T) {
 	var refundsIndex int
 	if err := db.r.QueryRow(`SELECT count(*) FROM pragma_index_list('refunds') WHERE name = 'refunds_payment'`).Scan(&refundsIndex); err != nil || refundsIndex != 1 {
 		t.Errorf("refunds_payment index: %d, %v; want it back", refundsIndex, err)
+	}
+}
+
+// A database made before offline payments is migrated at open: its
+// attempts and payments take the statuses queued and expired, a payment
+// made before the upgrade can be queued, and nothing is copied or lost.
+func TestMigrateOfflineStatuses(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "oncepay.db")
+	schema, err := os.ReadFile("../schema.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := strings.ReplaceAll(string(schema), statusCheckV2, statusCheckV1)
+	if older == string(schema) {
+		t.Fatal("schema.sql has no status CHECK to make older")
+	}
+	old, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = old.Exec(older)
+	old.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mustOpenPath(t, path, Options{})
+	a := newAttempt("k", time.Now(), time.Minute)
+	if ok, err := db.Claim(ctx, a); !ok || err != nil {
+		t.Fatalf("Claim = %v, %v", ok, err)
+	}
+	if err := db.SetOfflineLimits(ctx, "s", &payment.OfflineLimits{MaxAmount: 1000, MaxTotal: 1000, MaxAge: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := db.Queue(ctx, "s", "k", 1, payment.QueuedOutcome(*a), false, time.Now()); v != payment.QueueAccepted || err != nil {
+		t.Fatalf("Queue on a migrated database = %s, %v", v, err)
+	}
+	var n int
+	if err := db.r.QueryRow(`SELECT count(*) FROM sqlite_schema
+		WHERE name IN ('payment_attempts', 'payments') AND instr(sql, ?) > 0`, statusCheckV1).Scan(&n); err != nil || n != 0 {
+		t.Errorf("tables with the old CHECK = %d, %v, want 0", n, err)
+	}
+	var check string
+	if err := db.r.QueryRow(`PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
+		t.Errorf("integrity_check = %q, %v", check, err)
 	}
 }

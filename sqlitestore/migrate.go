@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 
 	"github.com/oncepay/oncepay/payment"
 )
@@ -37,7 +38,7 @@ DROP TABLE api_keys_v0;`
 // as it is; each step runs in one transaction, so a crash leaves the
 // database as it was before or after the step, never between.
 func migrate(ctx context.Context, w *sql.DB, schema string) error {
-	for _, step := range []func(ctx context.Context, tx *sql.Tx, schema string) error{migrateMerchants, migratePayments, migrateExpiredKeys} {
+	for _, step := range []func(ctx context.Context, tx *sql.Tx, schema string) error{migrateMerchants, migratePayments, migrateExpiredKeys, migrateOfflineStatuses} {
 		if err := inTx(ctx, w, schema, step); err != nil {
 			return err
 		}
@@ -172,6 +173,46 @@ func migrateExpiredKeys(ctx context.Context, tx *sql.Tx, schema string) error {
 	}
 	return nil
 }
+
+// The status CHECK before offline payments, and after.
+const (
+	statusCheckV1 = `CHECK (status IN ('in_progress', 'succeeded', 'failed'))`
+	statusCheckV2 = `CHECK (status IN ('in_progress', 'succeeded', 'failed', 'queued', 'expired'))`
+)
+
+// migrateOfflineStatuses lets attempts and payments of a database made
+// before offline payments be queued and expired. A CHECK that allows more
+// than before holds for every row already there, so SQLite's documented
+// way for it applies: the table's CREATE statement is edited in place
+// (writable_schema) and the schema version bumped, in the step's one
+// transaction; no row is copied.
+func migrateOfflineStatuses(ctx context.Context, tx *sql.Tx, _ string) error {
+	var old int
+	err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema
+		WHERE type = 'table' AND name IN ('payment_attempts', 'payments') AND instr(sql, ?) > 0`, statusCheckV1).Scan(&old)
+	if err != nil || old == 0 {
+		return err
+	}
+	var version int
+	if err := tx.QueryRowContext(ctx, `PRAGMA schema_version`).Scan(&version); err != nil {
+		return err
+	}
+	for _, stmt := range []string{
+		`PRAGMA writable_schema = ON`,
+		fmt.Sprintf(`UPDATE sqlite_schema SET sql = replace(sql, '%s', '%s')
+			WHERE type = 'table' AND name IN ('payment_attempts', 'payments')`, quote(statusCheckV1), quote(statusCheckV2)),
+		fmt.Sprintf(`PRAGMA schema_version = %d`, version+1),
+		`PRAGMA writable_schema = OFF`,
+	} {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("migrate statuses for offline payments: %w", err)
+		}
+	}
+	return nil
+}
+
+// quote doubles a SQL string literal's quotes.
+func quote(s string) string { return strings.ReplaceAll(s, "'", "''") }
 
 func queryAllTx[T any](ctx context.Context, tx *sql.Tx, query string, scan func(scanner) (T, error)) ([]T, error) {
 	rows, err := tx.QueryContext(ctx, query)

@@ -74,6 +74,10 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"ReplaysSeePurges", testReplaysSeePurges},
 		{"InboxClaimRace", testInboxClaimRace},
 		{"InboxLeasesAndPurge", testInboxLeasesAndPurge},
+		{"OfflineLimits", testOfflineLimits},
+		{"OfflineTotalRace", testOfflineTotalRace},
+		{"ForwardClaims", testForwardClaims},
+		{"PurgeKeepsQueued", testPurgeKeepsQueued},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
