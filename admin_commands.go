@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/oncepay/oncepay/payment"
@@ -40,10 +41,21 @@ func storeCommand(ctx context.Context, name, synopsis string, args []string, get
 }
 
 // runMerchant manages merchants: create prints the new id alone on the last
-// line of stdout, so a script can take it with tail -n 1.
+// line of stdout, so a script can take it with tail -n 1; offline sets the
+// limits of payments taken while the provider cannot be reached.
 func runMerchant(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	const synopsis = "merchant create NAME | list [--db FILE|URL]"
-	return storeCommand(ctx, "merchant", synopsis, args, getenv, stderr, func(*flag.FlagSet) {}, func(db payment.Database, sub string, pos []string) error {
+	const synopsis = "merchant create NAME | list | offline ID --max-amount MINOR --max-total MINOR --max-age DURATION | offline ID --disable [--db FILE|URL]"
+	var (
+		lim     payment.OfflineLimits
+		disable bool
+	)
+	register := func(fs *flag.FlagSet) {
+		fs.Int64Var(&lim.MaxAmount, "max-amount", 0, "offline: the largest payment taken offline, in minor units of any one currency")
+		fs.Int64Var(&lim.MaxTotal, "max-total", 0, "offline: the most taken offline and not yet forwarded, in minor units, in each currency")
+		fs.DurationVar(&lim.MaxAge, "max-age", 0, "offline: how long a payment taken offline may wait for the provider; past it, it expires uncharged (at most the provider's idempotency window, 24h)")
+		fs.BoolVar(&disable, "disable", false, "offline: take no payments offline (the default)")
+	}
+	return storeCommand(ctx, "merchant", synopsis, args, getenv, stderr, register, func(db payment.Database, sub string, pos []string) error {
 		switch {
 		case sub == "create" && len(pos) == 1:
 			m, err := db.CreateMerchant(ctx, pos[0], time.Now())
@@ -53,18 +65,65 @@ func runMerchant(ctx context.Context, args []string, getenv func(string) string,
 			fmt.Fprintf(stdout, "created merchant %s (%s); make its API keys with oncepay apikey create --merchant %s\n%s\n", m.ID, m.Name, m.ID, m.ID)
 			return nil
 		case sub == "list" && len(pos) == 0:
-			merchants, err := db.Merchants(ctx)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "%-22s %-24s %-20s %s\n", "ID", "NAME", "CREATED", "LIVE KEYS")
-			for _, m := range merchants {
-				fmt.Fprintf(stdout, "%-22s %-24s %-20s %d\n", m.ID, m.Name, m.CreatedAt.Format(time.RFC3339), m.LiveKeys)
-			}
-			return nil
+			return listMerchants(ctx, db, stdout)
+		case sub == "offline" && len(pos) == 1:
+			return setOffline(ctx, db, pos[0], lim, disable, stdout)
 		}
 		return errors.New("usage: oncepay " + synopsis)
 	})
+}
+
+// listMerchants prints every merchant with its live keys and offline limits.
+func listMerchants(ctx context.Context, db payment.Database, stdout io.Writer) error {
+	merchants, err := db.Merchants(ctx)
+	if err != nil {
+		return err
+	}
+	limits, err := db.AllOfflineLimits(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%-22s %-24s %-20s %-9s %s\n", "ID", "NAME", "CREATED", "LIVE KEYS", "OFFLINE (max amount / max total / max age)")
+	for _, m := range merchants {
+		offline := "off"
+		if l, ok := limits[m.ID]; ok {
+			offline = fmt.Sprintf("%d / %d / %s", l.MaxAmount, l.MaxTotal, l.MaxAge)
+		}
+		fmt.Fprintf(stdout, "%-22s %-24s %-20s %-9d %s\n", m.ID, m.Name, m.CreatedAt.Format(time.RFC3339), m.LiveKeys, offline)
+	}
+	return nil
+}
+
+// setOffline sets (or, with disable, removes) a merchant's offline limits.
+// The max age may not pass the provider's idempotency window: a payment
+// forwarded after the provider forgot its key could be charged twice.
+func setOffline(ctx context.Context, db payment.Database, id string, lim payment.OfflineLimits, disable bool, stdout io.Writer) error {
+	merchants, err := db.Merchants(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(merchants, func(m payment.Merchant) bool { return m.ID == id }) {
+		return payment.ErrNoMerchant(id)
+	}
+	if disable {
+		if lim != (payment.OfflineLimits{}) {
+			return errors.New("merchant offline: --disable takes no limits")
+		}
+		if err := db.SetOfflineLimits(ctx, id, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "merchant %s takes no payments offline; payments already queued are still forwarded\n", id)
+		return nil
+	}
+	if err := lim.Validate(payment.ProviderKeyWindow); err != nil {
+		return fmt.Errorf("merchant offline: %w", err)
+	}
+	if err := db.SetOfflineLimits(ctx, id, &lim); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "merchant %s takes payments offline: at most %d each and %d queued per currency, each forwarded within %s or expired\n",
+		id, lim.MaxAmount, lim.MaxTotal, lim.MaxAge)
+	return nil
 }
 
 // runAPIKey manages merchant API keys: create prints the secret once, alone

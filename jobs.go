@@ -11,10 +11,10 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// startJobs schedules reconcile, purge and the inbox sweep on cron, in UTC: a panic is
+// startJobs schedules reconcile, purge, the inbox sweep and the forwarder on cron, in UTC: a panic is
 // recovered and logged, and a run still going when the next is due makes
 // that one skip, so runs never overlap.
-func startJobs(ctx context.Context, log *slog.Logger, cfg *config, rec *payment.Reconciler, pur *payment.Purger, inbox *payment.Inbox) (*cron.Cron, error) {
+func startJobs(ctx context.Context, log *slog.Logger, cfg *config, rec *payment.Reconciler, pur *payment.Purger, inbox *payment.Inbox, fwd *payment.Forwarder) (*cron.Cron, error) {
 	cl := cronLogger{log}
 	c := cron.New(cron.WithLocation(time.UTC), cron.WithLogger(cl),
 		cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
@@ -25,6 +25,7 @@ func startJobs(ctx context.Context, log *slog.Logger, cfg *config, rec *payment.
 		{"--reconcile-schedule", cfg.reconcileSchedule, func() { logRun(ctx, log, "reconcile", rec.RunOnce) }},
 		{"--purge-schedule", cfg.purgeSchedule, func() { logRun(ctx, log, "purge", pur.RunOnce) }},
 		{"--webhook-sweep-schedule", cfg.sweepSchedule, func() { logRun(ctx, log, "webhook sweep", inbox.Sweep) }},
+		{"--forward-schedule", cfg.offline.forwardSchedule, func() { logRun(ctx, log, "forward", fwd.RunOnce) }},
 	} {
 		if job.spec == "off" { // run from a systemd timer instead
 			continue

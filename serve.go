@@ -18,6 +18,7 @@ import (
 	"github.com/oncepay/oncepay/metrics"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/pgstore"
+	"github.com/oncepay/oncepay/provider/link"
 	"github.com/oncepay/oncepay/provider/remote"
 	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/provider/stripe"
@@ -54,6 +55,31 @@ type config struct {
 	purgeSchedule     string
 	sweepSchedule     string
 	logLevel          slog.Level
+	offline           offlineConfig
+}
+
+// offlineConfig configures the link to the provider and the forward queue
+// of payments taken while it cannot be reached.
+type offlineConfig struct {
+	linkFailures    int
+	linkOpenFor     time.Duration
+	forwardSchedule string
+}
+
+func (o *offlineConfig) register(fs *flag.FlagSet) {
+	fs.IntVar(&o.linkFailures, "link-failures", link.DefaultFailures, "consecutive provider calls that could not complete before the link counts as down: new payments are then answered at once (queued, or 503) without a call, until a probe gets through; 0 turns the breaker off. Not used with the in-process simulated provider, which has no link")
+	fs.DurationVar(&o.linkOpenFor, "link-probe", link.DefaultOpenFor, "how often the provider is probed while the link is down")
+	fs.StringVar(&o.forwardSchedule, "forward-schedule", "@every 30s", "cron schedule of the forwarder, which sends queued payments to the provider (UTC), or off; it also runs as soon as a probe finds the link back")
+}
+
+func (o *offlineConfig) validate() error {
+	if o.linkFailures < 0 {
+		return fmt.Errorf("--link-failures %d must not be negative", o.linkFailures)
+	}
+	if o.linkOpenFor <= 0 {
+		return fmt.Errorf("--link-probe %s must be positive", o.linkOpenFor)
+	}
+	return nil
 }
 
 func (c *config) registerStore(fs *flag.FlagSet) {
@@ -74,6 +100,7 @@ func (c *config) registerProvider(fs *flag.FlagSet) {
 	fs.DurationVar(&c.providerTimeout, "provider-timeout", 10*time.Second, "longest wait for one provider call; past it the outcome is unknown (503)")
 	fs.DurationVar(&c.lease, "lease", 30*time.Second, "how long a request owns its claim before a retry may take it over; must exceed --provider-timeout")
 	fs.DurationVar(&c.staleAfter, "stale-after", 5*time.Minute, "age after which reconcile settles an attempt still in progress with no live lease; must exceed --lease")
+	c.offline.register(fs)
 }
 
 func (c *config) registerServe(fs *flag.FlagSet) {
@@ -95,6 +122,9 @@ func (c *config) registerRetention(fs *flag.FlagSet) {
 }
 
 func (c *config) validate() error {
+	if err := c.offline.validate(); err != nil {
+		return err
+	}
 	if c.lease <= c.providerTimeout {
 		return fmt.Errorf("--lease (%s) must exceed --provider-timeout (%s): a retry must not take over a call still running", c.lease, c.providerTimeout)
 	}
@@ -186,7 +216,9 @@ func (c *config) readAdminToken(strict bool) error {
 // app is an open oncepay: its store, its provider, and the flow over them.
 type app struct {
 	db      payment.Database
-	sim     *sim.Sim // nil unless the provider is the in-process simulation
+	sim     *sim.Sim   // nil unless the provider is the in-process simulation
+	link    *link.Link // nil without a link to guard (in-process simulation, --link-failures 0)
+	linkUp  chan struct{}
 	service *payment.Service
 }
 
@@ -257,9 +289,27 @@ func (c *config) open(ctx context.Context, log *slog.Logger) (*app, error) {
 		}
 		provider = a.sim
 	}
+	if !sim && c.offline.linkFailures > 0 {
+		a.linkUp = make(chan struct{}, 1)
+		a.link, err = link.New(provider, link.Config{Failures: c.offline.linkFailures, OpenFor: c.offline.linkOpenFor, Log: log,
+			OnUp: func() {
+				select {
+				case a.linkUp <- struct{}{}:
+				default: // a forward run is already due
+				}
+			}})
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+		provider = a.link
+	}
 	a.service = &payment.Service{
 		Store: db, Provider: provider, Log: log, Now: time.Now,
 		ProviderTimeout: c.providerTimeout, Lease: c.lease,
+	}
+	if a.link != nil {
+		a.service.LinkDown = a.link.Down
 	}
 	return a, nil
 }
@@ -293,6 +343,45 @@ func (a *app) Close() error {
 
 func (a *app) reconciler(c *config) (*payment.Reconciler, error) {
 	return payment.NewReconciler(payment.Reconciler{Service: a.service, StaleAfter: c.staleAfter})
+}
+
+func (a *app) forwarder() (*payment.Forwarder, error) {
+	return payment.NewForwarder(payment.Forwarder{Service: a.service})
+}
+
+// linkState is the link as the admin page shows it: "" without a link.
+func (a *app) linkState() string {
+	if a.link == nil {
+		return ""
+	}
+	return a.link.State()
+}
+
+// linkUpFunc is the link's state for the metrics: nil without a link.
+func (a *app) linkUpFunc() func() bool {
+	if a.link == nil {
+		return nil
+	}
+	return func() bool { return !a.link.Down() }
+}
+
+// forwardOnLinkUp runs the forwarder each time the link comes back, and
+// probes the link while it is down, until ctx ends.
+func (a *app) forwardOnLinkUp(ctx context.Context, log *slog.Logger, fwd *payment.Forwarder, c *config) {
+	if a.link == nil {
+		return
+	}
+	go a.link.Run(ctx, c.offline.linkOpenFor, c.providerTimeout)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.linkUp:
+				logRun(ctx, log, "forward", fwd.RunOnce)
+			}
+		}
+	}()
 }
 
 func newPurger(db payment.PurgeStore, c *config) (*payment.Purger, error) {
@@ -369,8 +458,14 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	rec.Observe, pur.Observe = m.Reconciled, m.Purged
-	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Token: cfg.adminToken, Open: demo}
+	fwd, err := a.forwarder()
+	if err != nil {
+		return err
+	}
+	rec.Observe, pur.Observe, fwd.Observe = m.Reconciled, m.Purged, m.Forwarded
+	m.Offline(a.db.QueueTotals, a.linkUpFunc(), time.Now)
+	a.service.ObserveQueue = m.Queued
+	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Queue: a.db, Forwarder: fwd, Link: a.linkState, Token: cfg.adminToken, Open: demo}
 	if demo && a.sim != nil {
 		srvCfg.Workshop = workshop.New(a.service, rec, a.sim, server.DemoScope)
 	}
@@ -385,11 +480,14 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	jobs, err := startJobs(ctx, log, &cfg, rec, pur, inbox)
+	jobs, err := startJobs(ctx, log, &cfg, rec, pur, inbox, fwd)
 	if err != nil {
 		ln.Close()
 		return err
 	}
+	jobCtx, stopJobs := context.WithCancel(ctx)
+	defer stopJobs()
+	a.forwardOnLinkUp(jobCtx, log, fwd, &cfg)
 	url := "http://" + ln.Addr().String()
 	if a.sim != nil && cfg.simWebhookSecret != "" {
 		// The in-process provider signs its events and sends them here.

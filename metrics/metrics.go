@@ -29,6 +29,8 @@ type Metrics struct {
 	purged    prometheus.Counter
 	purgedEvs prometheus.Counter
 	webhooks  *prometheus.CounterVec
+	// The forward queue's (offline.go); nil until Offline registers them.
+	queued, queuedAmount, forwards *prometheus.CounterVec
 }
 
 // New registers oncepay's metrics and the Go runtime and process collectors.

@@ -48,6 +48,11 @@ func (l OfflineLimits) Validate(window time.Duration) error {
 	return nil
 }
 
+// ProviderKeyWindow is how long the providers oncepay speaks to keep an
+// idempotency key: Stripe's 24 hours, which the simulated provider is held
+// to as well, so that what works in a demo works in production.
+const ProviderKeyWindow = 24 * time.Hour
+
 // QueueVerdict is what Store.Queue did with a payment.
 type QueueVerdict string
 

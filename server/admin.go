@@ -23,6 +23,11 @@ import (
 type Admin struct {
 	Store      payment.AdminStore
 	Reconciler *payment.Reconciler
+	// Queue and Forwarder are the forward queue's page and its "forward
+	// now"; Link, if set, tells the link's state ("up", "down", "probing").
+	Queue     payment.QueueStore
+	Forwarder *payment.Forwarder
+	Link      func() string
 	// Token is the admin credential. Empty keeps the admin surface closed,
 	// unless Open.
 	Token string
@@ -37,6 +42,7 @@ var adminTemplates = map[string]*template.Template{
 	"attempts": template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempts.html")),
 	"attempt":  template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempt.html")),
 	"events":   template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/events.html")),
+	"queue":    template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/queue.html")),
 }
 
 // adminAuth lets through only requests with the admin credential, as HTTP
@@ -123,7 +129,8 @@ func (s *server) row(a payment.ListedAttempt, now time.Time) attemptRow {
 
 // statusText is a status as the pages write it.
 func statusText(st payment.Status) string {
-	return map[payment.Status]string{payment.InProgress: "in progress", payment.Succeeded: "succeeded", payment.Failed: "failed"}[st]
+	return map[payment.Status]string{payment.InProgress: "in progress", payment.Succeeded: "succeeded", payment.Failed: "failed",
+		payment.Queued: "queued", payment.Expired: "expired"}[st]
 }
 
 type pageBase struct {
@@ -169,9 +176,9 @@ func listParams(r *http.Request, defaultLimit int) (payment.AttemptFilter, error
 	q := r.URL.Query()
 	f := payment.AttemptFilter{Status: payment.Status(q.Get("status")), Search: q.Get("q"), Limit: defaultLimit}
 	switch f.Status {
-	case "", payment.InProgress, payment.Succeeded, payment.Failed:
+	case "", payment.InProgress, payment.Succeeded, payment.Failed, payment.Queued, payment.Expired:
 	default:
-		return f, payment.Invalidf("status", "status must be in_progress, succeeded or failed.")
+		return f, payment.Invalidf("status", "status must be in_progress, succeeded, failed, queued or expired.")
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -214,7 +221,7 @@ func (s *server) handleAdminList(w http.ResponseWriter, r *http.Request) {
 	}
 	p := attemptsPage{
 		pageBase: s.pageBase(now), StaleCount: stale,
-		Counts: map[string]int{string(payment.InProgress): 0, string(payment.Succeeded): 0, string(payment.Failed): 0},
+		Counts: map[string]int{string(payment.InProgress): 0, string(payment.Succeeded): 0, string(payment.Failed): 0, string(payment.Queued): 0},
 		Status: string(f.Status), Search: f.Search, From: f.Offset + 1, To: f.Offset + len(list),
 	}
 	for st, n := range counts {

@@ -62,6 +62,10 @@ func (s *server) adminRoutes(r *mux.Router) {
 	r.Handle("/admin/attempts/{id}/reconcile", form(s.handleAdminReconcileOne)).Methods(http.MethodPost)
 	r.Handle("/admin/reconcile", form(s.handleAdminReconcileAll)).Methods(http.MethodPost)
 	r.Handle("/admin/events", page(http.HandlerFunc(s.handleAdminEvents))).Methods(http.MethodGet)
+	if s.Admin.Queue != nil && s.Admin.Forwarder != nil {
+		r.Handle("/admin/queue", page(http.HandlerFunc(s.handleAdminQueue))).Methods(http.MethodGet)
+		r.Handle("/admin/forward", form(s.handleAdminForward)).Methods(http.MethodPost)
+	}
 	r.Handle("/admin/events/{provider}/{id}/redeliver", form(s.handleAdminRedeliver)).Methods(http.MethodPost)
 	r.PathPrefix("/admin/static/").Handler(page(http.StripPrefix("/admin", fallback.Static(web.Assets, http.HandlerFunc(s.handleNotFound))))).
 		Methods(http.MethodGet, http.MethodHead)
