@@ -210,3 +210,8 @@ CREATE TABLE IF NOT EXISTS forward_queue (
 -- The forwarder takes the oldest first; the limits sum a merchant's currency.
 CREATE INDEX IF NOT EXISTS forward_queue_queued ON forward_queue (queued_at);
 CREATE INDEX IF NOT EXISTS forward_queue_scope_currency ON forward_queue (scope, currency);
+
+-- GET /v1/payments lists a merchant's payments newest first, a page at a
+-- time by id (ids lead with their time): this index serves every page,
+-- first or deep, and costs each claim one append to the merchant's end.
+CREATE INDEX IF NOT EXISTS payments_scope_id ON payments (scope, id);

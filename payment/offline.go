@@ -336,3 +336,38 @@ func (f *Forwarder) outcome(ctx context.Context, a Attempt, q Forward, now time.
 	}
 	return op.move(pctx, a)
 }
+
+// List is a page of a list in Stripe's shape.
+type List[T any] struct {
+	Object  string `json:"object"` // "list"
+	Data    []T    `json:"data"`
+	HasMore bool   `json:"has_more"`
+	URL     string `json:"url"`
+}
+
+// DefaultListLimit and MaxListLimit bound a page, as Stripe's do.
+const (
+	DefaultListLimit = 10
+	MaxListLimit     = 100
+)
+
+// ListPayments returns a page of f.Scope's payments, newest first (their
+// refunds are listed under each payment's own refunds).
+func (s *Service) ListPayments(ctx context.Context, f PaymentFilter) (List[View], error) {
+	list := List[View]{Object: "list", Data: []View{}, URL: "/v1/payments"}
+	ps, err := s.Store.ListPayments(ctx, f)
+	if err != nil {
+		return list, err
+	}
+	if list.HasMore = len(ps) > f.Limit; list.HasMore {
+		if f.EndingBefore != "" {
+			ps = ps[1:] // the extra one is the newest, beyond the page
+		} else {
+			ps = ps[:f.Limit]
+		}
+	}
+	for _, p := range ps {
+		list.Data = append(list.Data, p.View(nil))
+	}
+	return list, nil
+}

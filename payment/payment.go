@@ -215,6 +215,10 @@ type Store interface {
 	// Payment returns the payment with id within scope.
 	Payment(ctx context.Context, scope, id string) (*Payment, error)
 
+	// ListPayments returns up to f.Limit+1 payments of f.Scope, newest
+	// first: the one past the limit tells the caller there are more.
+	ListPayments(ctx context.Context, f PaymentFilter) ([]Payment, error)
+
 	// Refunds returns the refunds of payment id within scope, oldest first.
 	Refunds(ctx context.Context, scope, paymentID string) ([]Refund, error)
 
@@ -222,6 +226,17 @@ type Store interface {
 	// last updated before before and whose key's record is gone, never one
 	// with a refund in progress, and returns how many.
 	PurgePayments(ctx context.Context, before time.Time, limit int) (int, error)
+}
+
+// PaymentFilter selects a merchant's payments, a page at a time, by key
+// (a payment id), never by offset: newest first, StartingAfter the page
+// after an id, EndingBefore the page before one.
+type PaymentFilter struct {
+	Scope         string
+	Status        Status // "" for all
+	StartingAfter string
+	EndingBefore  string
+	Limit         int
 }
 
 // KeyHash is what a payment or refund keeps of its Idempotency-Key once the

@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -108,25 +110,57 @@ const paymentColumns = `p.id, p.scope, coalesce(a.idempotency_key, ''), p.key_ha
 // Payment returns the payment id within scope, with its key while the key's
 // record is kept.
 func (db *DB) Payment(ctx context.Context, scope, id string) (*payment.Payment, error) {
-	var (
-		p                 payment.Payment
-		status            string
-		chargeID, failure *string
-		created, updated  int64
-	)
-	err := db.pool.QueryRow(ctx, `SELECT `+paymentColumns+`
+	p, err := scanPayment(db.pool.QueryRow(ctx, `SELECT `+paymentColumns+`
 		FROM payments p LEFT JOIN payment_attempts a ON a.id = p.id
-		WHERE p.id = $1 AND p.scope = $2`, id, scope).Scan(&p.ID, &p.Scope, &p.Key, &p.KeyHash, &p.Amount, &p.Currency,
-		&status, &chargeID, &failure, &p.AmountRefunded, &p.AmountReserved, &p.Details, &created, &updated)
+		WHERE p.id = $1 AND p.scope = $2`, id, scope))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, payment.ErrNoPayment()
 	}
 	if err != nil {
 		return nil, mapErr(err)
 	}
+	return p, nil
+}
+
+func scanPayment(row pgx.Row) (*payment.Payment, error) {
+	var (
+		p                 payment.Payment
+		status            string
+		chargeID, failure *string
+		created, updated  int64
+	)
+	if err := row.Scan(&p.ID, &p.Scope, &p.Key, &p.KeyHash, &p.Amount, &p.Currency,
+		&status, &chargeID, &failure, &p.AmountRefunded, &p.AmountReserved, &p.Details, &created, &updated); err != nil {
+		return nil, err
+	}
 	p.Status, p.ChargeID, p.FailureCode = payment.Status(status), deref(chargeID), deref(failure)
 	p.CreatedAt, p.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
 	return &p, nil
+}
+
+// ListPayments returns up to f.Limit+1 payments of f.Scope, newest first,
+// by the index of (scope, id): ids lead with their time.
+func (db *DB) ListPayments(ctx context.Context, f payment.PaymentFilter) ([]payment.Payment, error) {
+	q, args := `SELECT `+paymentColumns+` FROM payments p LEFT JOIN payment_attempts a ON a.id = p.id WHERE p.scope = $1`, []any{f.Scope}
+	if f.Status != "" {
+		args = append(args, string(f.Status))
+		q += fmt.Sprintf(` AND p.status = $%d`, len(args))
+	}
+	order := ` ORDER BY p.id DESC`
+	switch {
+	case f.StartingAfter != "":
+		args = append(args, f.StartingAfter)
+		q += fmt.Sprintf(` AND p.id < $%d`, len(args))
+	case f.EndingBefore != "":
+		args = append(args, f.EndingBefore)
+		q, order = q+fmt.Sprintf(` AND p.id > $%d`, len(args)), ` ORDER BY p.id`
+	}
+	args = append(args, f.Limit+1)
+	ps, err := queryAll(ctx, db, scanPayment, q+order+fmt.Sprintf(` LIMIT $%d`, len(args)), args...)
+	if f.EndingBefore != "" {
+		slices.Reverse(ps)
+	}
+	return ps, err
 }
 
 // Refunds returns the refunds of payment paymentID within scope, oldest

@@ -257,3 +257,6 @@ CREATE TABLE IF NOT EXISTS forward_queue (
 );
 CREATE INDEX IF NOT EXISTS forward_queue_queued ON forward_queue (queued_at);
 CREATE INDEX IF NOT EXISTS forward_queue_scope_currency ON forward_queue (scope, currency);
+
+-- GET /v1/payments, as in schema.sql.
+CREATE INDEX IF NOT EXISTS payments_scope_id ON payments (scope, id);

@@ -24,7 +24,8 @@ type Admin struct {
 	Store      payment.AdminStore
 	Reconciler *payment.Reconciler
 	// Queue and Forwarder are the forward queue's page and its "forward
-	// now"; Link, if set, tells the link's state ("up", "down", "probing").
+	// now", served when Forwarder is set; Link, if set, tells the link's
+	// state ("up", "down", "probing").
 	Queue     payment.QueueStore
 	Forwarder *payment.Forwarder
 	Link      func() string

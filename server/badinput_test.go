@@ -192,7 +192,7 @@ func TestBusyDatabaseIs503(t *testing.T) {
 // A known path with the wrong method is 405 with a problem, not 404.
 func TestMethodNotAllowed(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	for _, c := range [][2]string{{"DELETE", "/v1/payments"}, {"GET", "/v1/payments"}, {"DELETE", "/v1/payments/x"},
+	for _, c := range [][2]string{{"DELETE", "/v1/payments"}, {"PUT", "/v1/payments"}, {"DELETE", "/v1/payments/x"},
 		{"POST", "/healthz"}, {"PUT", "/v1/attempts"}, {"GET", "/admin/reconcile"}} {
 		if r := e.do(c[0], c[1], nil); r.Status != 405 || r.problemType() != payment.ProblemMethodNotAllowed {
 			t.Errorf("%s %s = %d %s, want 405", c[0], c[1], r.Status, r.Body)

@@ -66,7 +66,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	oe.Service.ObserveProviderCall = m.ProviderCall
 	oe.Reconciler.Observe = m.Reconciled
 	cfg := server.Config{Payments: oe.Service, Sim: oe.Sim.Handler(), Log: oe.Log, Metrics: m.Handler(), CountRequest: m.Request,
-		Admin: server.Admin{Store: oe.DB, Reconciler: oe.Reconciler, Token: o.adminToken, Open: !o.auth}}
+		Admin: server.Admin{Store: oe.DB, Reconciler: oe.Reconciler, Queue: oe.DB, Forwarder: oe.Forwarder, Token: o.adminToken, Open: !o.auth}}
 	inbox := payment.NewInbox(oe.DB, oe.DB, oe.Log, oe.Service.Now, oe.Service.Lease)
 	inbox.Observe = m.WebhookEvent
 	cfg.Inbox, cfg.CountWebhook = inbox, m.WebhookEvent

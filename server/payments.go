@@ -6,6 +6,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/gorilla/mux"
@@ -186,6 +187,50 @@ func (s *server) handleGetPayment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// handleListPayments is GET /v1/payments: the caller's payments, newest
+// first, in Stripe's list shape, a page at a time by id.
+func (s *server) handleListPayments(w http.ResponseWriter, r *http.Request) {
+	f, err := paymentFilter(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	list, err := s.Payments.ListPayments(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// paymentFilter reads GET /v1/payments' query.
+func paymentFilter(r *http.Request) (payment.PaymentFilter, error) {
+	q := r.URL.Query()
+	f := payment.PaymentFilter{Scope: scopeOf(r), Status: payment.Status(q.Get("status")), Limit: payment.DefaultListLimit,
+		StartingAfter: q.Get("starting_after"), EndingBefore: q.Get("ending_before")}
+	switch f.Status {
+	case "", payment.InProgress, payment.Succeeded, payment.Failed, payment.Queued, payment.Expired:
+	default:
+		return f, payment.Invalidf("status", "status must be in_progress, succeeded, failed, queued or expired.")
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > payment.MaxListLimit {
+			return f, payment.Invalidf("limit", "limit must be an integer from 1 to %d.", payment.MaxListLimit)
+		}
+		f.Limit = n
+	}
+	if f.StartingAfter != "" && f.EndingBefore != "" {
+		return f, payment.Invalidf("starting_after", "Give starting_after or ending_before, not both.")
+	}
+	for param, id := range map[string]string{"starting_after": f.StartingAfter, "ending_before": f.EndingBefore} {
+		if len(id) > 64 || !payment.ValidKey(id) && id != "" {
+			return f, payment.Invalidf(param, "%s must be a payment id.", param)
+		}
+	}
+	return f, nil
 }
 
 // handleListRefunds is GET /v1/payments/{id}/refunds, oldest first.

@@ -22,6 +22,7 @@ func (s *server) routes() http.Handler {
 	r.HandleFunc("/openapi.yaml", s.handleOpenAPI).Methods(http.MethodGet)
 
 	r.Handle("/v1/payments", s.authenticate(http.HandlerFunc(s.handleCreatePayment))).Methods(http.MethodPost)
+	r.Handle("/v1/payments", s.authenticate(http.HandlerFunc(s.handleListPayments))).Methods(http.MethodGet)
 	r.Handle("/v1/payments/{id}", s.authenticate(http.HandlerFunc(s.handleGetPayment))).Methods(http.MethodGet)
 	r.Handle("/v1/payments/{id}/refunds", s.authenticate(http.HandlerFunc(s.handleCreateRefund))).Methods(http.MethodPost)
 	r.Handle("/v1/payments/{id}/refunds", s.authenticate(http.HandlerFunc(s.handleListRefunds))).Methods(http.MethodGet)
@@ -62,7 +63,7 @@ func (s *server) adminRoutes(r *mux.Router) {
 	r.Handle("/admin/attempts/{id}/reconcile", form(s.handleAdminReconcileOne)).Methods(http.MethodPost)
 	r.Handle("/admin/reconcile", form(s.handleAdminReconcileAll)).Methods(http.MethodPost)
 	r.Handle("/admin/events", page(http.HandlerFunc(s.handleAdminEvents))).Methods(http.MethodGet)
-	if s.Admin.Queue != nil && s.Admin.Forwarder != nil {
+	if s.Admin.Forwarder != nil {
 		r.Handle("/admin/queue", page(http.HandlerFunc(s.handleAdminQueue))).Methods(http.MethodGet)
 		r.Handle("/admin/forward", form(s.handleAdminForward)).Methods(http.MethodPost)
 	}

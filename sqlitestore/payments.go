@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/oncepay/oncepay/payment"
@@ -202,4 +203,25 @@ func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (i
 		return err
 	})
 	return int(n), err
+}
+
+// ListPayments returns up to f.Limit+1 payments of f.Scope, newest first,
+// by the index of (scope, id): ids lead with their time.
+func (db *DB) ListPayments(ctx context.Context, f payment.PaymentFilter) ([]payment.Payment, error) {
+	q, args := `SELECT `+paymentColumns+` FROM payments p LEFT JOIN payment_attempts a ON a.id = p.id WHERE p.scope = ?`, []any{f.Scope}
+	if f.Status != "" {
+		q, args = q+` AND p.status = ?`, append(args, f.Status)
+	}
+	order := ` ORDER BY p.id DESC`
+	switch {
+	case f.StartingAfter != "":
+		q, args = q+` AND p.id < ?`, append(args, f.StartingAfter)
+	case f.EndingBefore != "":
+		q, args, order = q+` AND p.id > ?`, append(args, f.EndingBefore), ` ORDER BY p.id`
+	}
+	ps, err := queryAll(ctx, db.r, scanPayment, q+order+` LIMIT ?`, append(args, f.Limit+1)...)
+	if f.EndingBefore != "" {
+		slices.Reverse(ps)
+	}
+	return ps, err
 }

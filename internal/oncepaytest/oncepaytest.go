@@ -39,6 +39,7 @@ type Env struct {
 	Sim        *sim.Sim
 	Service    *payment.Service
 	Reconciler *payment.Reconciler // stale after 5m, as in production
+	Forwarder  *payment.Forwarder
 	Log        *slog.Logger
 	closed     bool
 }
@@ -83,7 +84,11 @@ func Open(tb testing.TB, o Options) *Env {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e := &Env{Dir: o.Dir, DB: db, Sim: s, Service: svc, Log: log, Reconciler: rec}
+	fwd, err := payment.NewForwarder(payment.Forwarder{Service: svc})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e := &Env{Dir: o.Dir, DB: db, Sim: s, Service: svc, Log: log, Reconciler: rec, Forwarder: fwd}
 	tb.Cleanup(e.Close)
 	return e
 }

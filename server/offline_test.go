@@ -1,0 +1,243 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/provider/sim"
+	"github.com/oncepay/oncepay/server"
+)
+
+// clock is a test's time, moved by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// offlineEnv is a demo-scope server whose merchant takes payments offline
+// (at most 10.00 each, 25.00 queued per currency, for an hour), with the
+// provider failing as faults says.
+func offlineEnv(t *testing.T, faults sim.Faults) (*env, *clock) {
+	t.Helper()
+	c := &clock{t: time.Now().UTC()}
+	e := newEnv(t, envOptions{now: c.now, faults: faults})
+	lim := payment.OfflineLimits{MaxAmount: 1000, MaxTotal: 2500, MaxAge: time.Hour}
+	if err := e.DB.SetOfflineLimits(context.Background(), server.DemoScope, &lim); err != nil {
+		t.Fatal(err)
+	}
+	return e, c
+}
+
+func (e *env) setFaults(f sim.Faults) {
+	e.t.Helper()
+	if err := e.Sim.SetFaults(f); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) forward() payment.ForwardResult {
+	e.t.Helper()
+	res, err := e.Forwarder.RunOnce(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res
+}
+
+// While the provider cannot be reached, a payment within the merchant's
+// limits is answered 202 queued, stored and replayed byte for byte; one
+// over a limit gets today's 503 and is never charged; a declined one is
+// never queued. When the provider is back the forwarder charges each
+// queued payment once, GET shows it succeeded, and its replay is still the
+// 202 it first got.
+func TestOfflineQueueAndForward(t *testing.T) {
+	e, _ := offlineEnv(t, sim.Faults{FailBeforeCharge: 1})
+	first := e.pay("till-1", visa)
+	if first.Status != 202 || first.payment(t).Status != payment.Queued {
+		t.Fatalf("payment on a dead link = %d %s, want 202 queued", first.Status, first.Body)
+	}
+	if again := e.pay("till-1", visa); again.Status != 202 || string(again.Body) != string(first.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay = %d %s (replayed %q), want the 202's bytes", again.Status, again.Body, again.Header.Get("Idempotent-Replayed"))
+	}
+	e.pay("till-2", visa)
+	over := e.pay("till-3", visa) // 3000 queued would pass 2500
+	if over.Status != 503 || over.problemType() != payment.ProblemOutcomeUnknown {
+		t.Errorf("payment over the total = %d %s, want 503 outcome unknown", over.Status, over.Body)
+	}
+	big := e.pay("till-big", `{"amount":1001,"currency":"EUR","source":"tok_visa"}`)
+	if big.Status != 503 {
+		t.Errorf("payment over the max amount = %d %s, want 503", big.Status, big.Body)
+	}
+	usd := e.pay("till-usd", `{"amount":1000,"currency":"USD","source":"tok_visa"}`)
+	if usd.Status != 202 {
+		t.Errorf("payment in another currency = %d %s, want 202: each currency has its own total", usd.Status, usd.Body)
+	}
+	e.setFaults(sim.Faults{})
+	if d := e.pay("till-declined", `{"amount":500,"currency":"EUR","source":"tok_chargeDeclined"}`); d.Status != 402 {
+		t.Errorf("declined payment = %d %s, want 402: a decline is never queued", d.Status, d.Body)
+	}
+	list := e.do("GET", "/v1/payments?status=queued", nil)
+	var page payment.List[payment.View]
+	if err := json.Unmarshal(list.Body, &page); err != nil || list.Status != 200 || len(page.Data) != 3 || page.Object != "list" {
+		t.Fatalf("GET /v1/payments?status=queued = %d %s, want the 3 queued", list.Status, list.Body)
+	}
+	if res := e.forward(); res.Succeeded != 3 || res.Checked != 3 {
+		t.Errorf("forward = %v, want 3 succeeded", res)
+	}
+	if res := e.forward(); res.Checked != 0 {
+		t.Errorf("second forward = %v, want nothing due", res)
+	}
+	ledger := e.ledger()
+	for _, key := range []string{"till-1", "till-2", "till-usd"} {
+		if n := len(ledger[payment.DownstreamKey(server.DemoScope, key)]); n != 1 {
+			t.Errorf("%s: %d charges, want 1", key, n)
+		}
+	}
+	for _, key := range []string{"till-3", "till-big"} {
+		if n := len(ledger[payment.DownstreamKey(server.DemoScope, key)]); n != 0 {
+			t.Errorf("%s (refused offline): %d charges, want 0", key, n)
+		}
+	}
+	id := first.payment(t).ID
+	if got := e.do("GET", "/v1/payments/"+id, nil); got.payment(t).Status != payment.Succeeded || got.payment(t).ChargeID == "" {
+		t.Errorf("GET after forwarding = %s, want succeeded with its charge", got.Body)
+	}
+	if again := e.pay("till-1", visa); string(again.Body) != string(first.Body) {
+		t.Errorf("replay after forwarding = %s, want the first 202's bytes", again.Body)
+	}
+	// The over-limit payments were left in progress, released: the till's
+	// retry, now that the link is back, charges them as usual.
+	if r := e.pay("till-3", visa); r.Status != 201 {
+		t.Errorf("retry of an over-limit payment with the link back = %d %s, want 201", r.Status, r.Body)
+	}
+}
+
+// A merchant without offline limits gets today's 503 on a dead link, and
+// nothing is queued.
+func TestOfflineOffByDefault(t *testing.T) {
+	e := newEnv(t, envOptions{faults: sim.Faults{FailBeforeCharge: 1}})
+	if r := e.pay("k", visa); r.Status != 503 || r.problemType() != payment.ProblemOutcomeUnknown {
+		t.Errorf("payment on a dead link without offline = %d %s, want 503", r.Status, r.Body)
+	}
+	if res := e.forward(); res.Checked != 0 {
+		t.Errorf("forward = %v, want nothing queued", res)
+	}
+}
+
+// A payment whose answer was lost (charged, then the link died) is queued
+// as one the provider may have seen: the forwarder asks by key first and
+// finds the charge, never charging again, even at a provider that does not
+// dedupe.
+func TestOfflineLostAnswerForwardedOnce(t *testing.T) {
+	e, _ := offlineEnv(t, sim.Faults{FailAfterCharge: 1, NoDedupe: true})
+	if r := e.pay("lost", visa); r.Status != 202 {
+		t.Fatalf("payment whose answer was lost = %d %s, want 202", r.Status, r.Body)
+	}
+	e.setFaults(sim.Faults{NoDedupe: true})
+	if res := e.forward(); res.Succeeded != 1 {
+		t.Errorf("forward = %v, want 1 succeeded", res)
+	}
+	if n := len(e.ledger()[payment.DownstreamKey(server.DemoScope, "lost")]); n != 1 {
+		t.Errorf("charges = %d, want 1: the forwarder must find the first charge", n)
+	}
+}
+
+// Past its max age with nothing at the provider, a queued payment expires
+// and is never charged after; one the provider did charge (its answer
+// lost) is found by the lookup and succeeds.
+func TestOfflineExpiry(t *testing.T) {
+	e, c := offlineEnv(t, sim.Faults{FailBeforeCharge: 1})
+	silent := e.pay("silent", visa).payment(t)
+	e.setFaults(sim.Faults{FailAfterCharge: 1})
+	charged := e.pay("charged", visa).payment(t)
+	e.setFaults(sim.Faults{FailBeforeCharge: 1}) // still down: charges fail, lookups answer
+	c.add(time.Hour)
+	res := e.forward()
+	if res.Expired != 1 || res.Succeeded != 1 {
+		t.Errorf("forward past the max age = %v, want 1 expired, 1 succeeded", res)
+	}
+	e.setFaults(sim.Faults{})
+	e.forward()
+	if got := e.do("GET", "/v1/payments/"+silent.ID, nil).payment(t); got.Status != payment.Expired {
+		t.Errorf("silent payment = %s, want expired", got.Status)
+	}
+	if got := e.do("GET", "/v1/payments/"+charged.ID, nil).payment(t); got.Status != payment.Succeeded {
+		t.Errorf("charged payment = %s, want succeeded", got.Status)
+	}
+	ledger := e.ledger()
+	if n := len(ledger[payment.DownstreamKey(server.DemoScope, "silent")]); n != 0 {
+		t.Errorf("expired payment: %d charges, want 0", n)
+	}
+}
+
+// A payment too close to its max age to be charged within one lease is
+// neither charged nor expired: the forwarder waits for the age to pass.
+func TestOfflineNoChargeNearExpiry(t *testing.T) {
+	e, c := offlineEnv(t, sim.Faults{FailBeforeCharge: 1})
+	p := e.pay("late", visa).payment(t)
+	e.setFaults(sim.Faults{})
+	c.add(time.Hour - time.Second) // the lease is longer than what is left
+	if res := e.forward(); res.Unknown != 1 {
+		t.Errorf("forward near the max age = %v, want it left queued", res)
+	}
+	if n := len(e.ledger()[payment.DownstreamKey(server.DemoScope, "late")]); n != 0 {
+		t.Errorf("charges = %d, want 0", n)
+	}
+	c.add(time.Minute)
+	e.forward()
+	if got := e.do("GET", "/v1/payments/"+p.ID, nil).payment(t); got.Status != payment.Expired {
+		t.Errorf("after the max age = %s, want expired", got.Status)
+	}
+}
+
+// GET /v1/payments pages by id, newest first, within the merchant only.
+func TestListPayments(t *testing.T) {
+	e := newEnv(t, envOptions{auth: true})
+	_, a := e.apiKey("a")
+	_, b := e.apiKey("b")
+	var ids []string
+	for _, key := range []string{"1", "2", "3"} {
+		ids = append(ids, e.pay(key, visa, "Authorization", "Bearer "+a).payment(t).ID)
+	}
+	e.pay("1", visa, "Authorization", "Bearer "+b)
+	list := func(q string) payment.List[payment.View] {
+		t.Helper()
+		r := e.do("GET", "/v1/payments"+q, nil, "Authorization", "Bearer "+a)
+		var l payment.List[payment.View]
+		if err := json.Unmarshal(r.Body, &l); err != nil || r.Status != 200 {
+			t.Fatalf("GET /v1/payments%s = %d %s", q, r.Status, r.Body)
+		}
+		return l
+	}
+	got := func(l payment.List[payment.View]) []string {
+		var s []string
+		for _, v := range l.Data {
+			s = append(s, v.ID)
+		}
+		return s
+	}
+	if l := list("?limit=2"); !l.HasMore || len(l.Data) != 2 || l.Data[0].ID != ids[2] || l.Data[1].ID != ids[1] {
+		t.Errorf("first page = %v has_more %v, want %v, %v and more", got(l), l.HasMore, ids[2], ids[1])
+	}
+	if l := list("?limit=2&starting_after=" + ids[1]); l.HasMore || len(l.Data) != 1 || l.Data[0].ID != ids[0] {
+		t.Errorf("next page = %v has_more %v, want %v alone", got(l), l.HasMore, ids[0])
+	}
+	if l := list("?limit=1&ending_before=" + ids[0]); !l.HasMore || len(l.Data) != 1 || l.Data[0].ID != ids[1] {
+		t.Errorf("page before %s = %v has_more %v, want %v and more", ids[0], got(l), l.HasMore, ids[1])
+	}
+	if l := list("?status=failed"); len(l.Data) != 0 {
+		t.Errorf("failed payments = %v, want none", got(l))
+	}
+	for _, q := range []string{"?limit=0", "?limit=101", "?status=paid", "?starting_after=a&ending_before=b"} {
+		if r := e.do("GET", "/v1/payments"+q, nil, "Authorization", "Bearer "+a); r.Status != 400 || r.problemType() != payment.ProblemInvalidRequest {
+			t.Errorf("GET /v1/payments%s = %d %s, want 400", q, r.Status, r.Body)
+		}
+	}
+}
