@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/crashpoint"
 )
 
 // Statuses of a payment taken while the provider could not be reached.
@@ -291,6 +293,7 @@ func (f *Forwarder) forward(ctx context.Context, q Forward) (Status, error) {
 	if err != nil || !ok {
 		return "", err
 	}
+	crashpoint.Hit("after-forward-claim")
 	a, err := s.Store.AttemptByID(ctx, q.Scope, q.PaymentID)
 	if err != nil {
 		return "", err
@@ -299,6 +302,9 @@ func (f *Forwarder) forward(ctx context.Context, q Forward) (Status, error) {
 	if err != nil {
 		s.Log.Warn("forward: left queued", "id", q.PaymentID, "err", err)
 		return Queued, s.Store.ReleaseForward(ctx, q.PaymentID, fence, err.Error(), s.Now())
+	}
+	if o.Status == Succeeded {
+		crashpoint.Hit("after-forward-charge")
 	}
 	ok, err = s.Store.Forwarded(ctx, q.PaymentID, fence, o, s.Now())
 	if err != nil || !ok {
