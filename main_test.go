@@ -115,8 +115,29 @@ func TestMerchantCommands(t *testing.T) {
 		t.Errorf("apikey list = %q, want both keys of %s", out, merchant)
 	}
 	out, _ = cli("merchant", "list")
-	if !strings.Contains(out, merchant) || !strings.Contains(out, "Corner Shop") || !strings.HasSuffix(strings.TrimSpace(out), " 2") {
-		t.Errorf("merchant list = %q, want Corner Shop with 2 live keys", out)
+	if !strings.Contains(out, merchant) || !strings.Contains(out, "Corner Shop") || !strings.HasSuffix(strings.TrimSpace(out), " 2         off") {
+		t.Errorf("merchant list = %q, want Corner Shop with 2 live keys, offline off", out)
+	}
+	// Offline limits: set, shown, refused past the provider's key window
+	// (naming both figures), turned off.
+	if _, err := cli("merchant", "offline", merchant, "--max-amount", "5000", "--max-total", "20000", "--max-age", "12h"); err != nil {
+		t.Fatalf("merchant offline: %v", err)
+	}
+	if out, _ = cli("merchant", "list"); !strings.HasSuffix(strings.TrimSpace(out), "5000 / 20000 / 12h0m0s") {
+		t.Errorf("merchant list = %q, want the offline limits", out)
+	}
+	if _, err := cli("merchant", "offline", merchant, "--max-amount", "5000", "--max-total", "20000", "--max-age", "25h"); err == nil ||
+		!strings.Contains(err.Error(), "25h0m0s") || !strings.Contains(err.Error(), "24h0m0s") {
+		t.Errorf("merchant offline --max-age 25h: err = %v, want a refusal naming 25h and the 24h window", err)
+	}
+	if _, err := cli("merchant", "offline", "mer_nobody", "--max-amount", "5000", "--max-total", "20000", "--max-age", "1h"); err == nil {
+		t.Error("merchant offline of an unknown merchant: no error")
+	}
+	if _, err := cli("merchant", "offline", merchant, "--disable"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ = cli("merchant", "list"); !strings.HasSuffix(strings.TrimSpace(out), " off") {
+		t.Errorf("merchant list after --disable = %q, want off", out)
 	}
 	// The form from before merchants makes a merchant with one key.
 	out, err = cli("apikey", "create", "Old Style")
