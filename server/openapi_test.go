@@ -410,6 +410,9 @@ func TestOpenAPIRequestLimits(t *testing.T) {
 		`{"amount":1,"currency":"EUR","source":"tok_visa","description":"` + strings.Repeat("x", 1001) + `"}`,
 		`{"amount":1,"currency":"EUR","source":"tok_visa","metadata":{"` + strings.Repeat("k", 41) + `":"v"}}`,
 		`{"amount":1,"currency":"EUR","source":"tok_visa","metadata":{"k":"` + strings.Repeat("v", 501) + `"}}`,
+		`{"amount":1,"currency":"EUR","source":"tok_visa","description":null}`,
+		`{"amount":1,"currency":"EUR","source":"tok_visa","metadata":null}`,
+		`{"amount":1,"currency":"EUR","source":"tok_visa","metadata":{"k":null}}`,
 	} {
 		var v any
 		if err := json.Unmarshal([]byte(body), &v); err != nil {
@@ -419,6 +422,26 @@ func TestOpenAPIRequestLimits(t *testing.T) {
 		r := e.pay(fmt.Sprintf("limits-%d", i), body)
 		if serverOK := r.Status != 400; serverOK != specOK {
 			t.Errorf("%.80s: spec accepts %v, server answers %d %s", body, specOK, r.Status, r.Body)
+		}
+	}
+	refund := s.doc.Components.Schemas["RefundRequest"].Value
+	id := e.paid("limits-refunded")
+	for i, body := range []string{
+		`{"amount":null}`,
+		`{"amount":1,"reason":null}`,
+		`{"amount":0}`,
+		`{"reason":"because"}`,
+		`{"amount":1,"reason":"duplicate"}`,
+		`{}`,
+	} {
+		var v any
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			t.Fatal(err)
+		}
+		specOK := refund.VisitJSON(v, openapi3.EnableJSONSchema2020()) == nil
+		r := e.refund(id, fmt.Sprintf("limits-refund-%d", i), body)
+		if serverOK := r.Status != 400; serverOK != specOK {
+			t.Errorf("refund %s: spec accepts %v, server answers %d %s", body, specOK, r.Status, r.Body)
 		}
 	}
 }
