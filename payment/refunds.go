@@ -219,8 +219,11 @@ func (refunds) notCompleted(a Attempt) Outcome {
 	return Outcome{Status: Failed, ResponseStatus: 402, ResponseBody: p.Body(), FailureCode: "not_completed"}
 }
 
-func (refunds) unknown(Attempt) error {
-	return Errorf(EOUTCOMEUNKNOWN, "The payment provider's answer was lost; the refund may or may not have been made. Retry with the same Idempotency-Key to learn the outcome.")
+// unknown names the refund and its payment, as every refund problem does.
+func (refunds) unknown(a Attempt) error {
+	e := Errorf(EOUTCOMEUNKNOWN, "The payment provider's answer was lost; the refund may or may not have been made. Retry with the same Idempotency-Key to learn the outcome.")
+	e.PaymentID, e.RefundID = a.PaymentID, a.ID
+	return e
 }
 
 func refundDeclinedOutcome(a Attempt, d *DeclineError) Outcome {

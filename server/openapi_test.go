@@ -169,6 +169,11 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	var declinedProblem payment.Problem
 	json.Unmarshal(pay("spec-declined", declined).Body, &declinedProblem)
 	refundDeclined, refundNotCompleted := refundProblems(t, e, scope, pay("spec-refunded-elsewhere", visa), refund)
+	refundUnknown := func() response {
+		e.Sim.SetFaults(sim.Faults{FailAfterCharge: 1})
+		defer e.Sim.SetFaults(sim.Faults{})
+		return refund(createdID, "spec-refund-unknown", `{"amount":100}`)
+	}()
 
 	tests := []struct {
 		name         string
@@ -206,6 +211,8 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"refund of an unknown payment", "POST", "/v1/payments/pay_NOPE/refunds", refund("pay_NOPE", "spec-refund-nope", `{}`), 404, payment.ProblemNotFound},
 		{"refund declined", "POST", refunds, refundDeclined, 402, payment.ProblemRefundDeclined},
 		{"refund not completed", "POST", refunds, refundNotCompleted, 402, payment.ProblemRefundNotDone},
+		{"refund outcome unknown", "POST", refunds, refundUnknown, 503, payment.ProblemOutcomeUnknown},
+		{"refund database busy", "POST", refunds, whileLocked(t, e, func() response { return refund(createdID, "spec-refund-locked", `{"amount":100}`) }), 503, payment.ProblemUnavailable},
 		{"refund invalid", "POST", refunds, refund(createdID, "spec-refund-bad", `{"amount":-5}`), 400, payment.ProblemInvalidRequest},
 		{"list refunds", "GET", refunds, get(refunds), 200, ""},
 		{"get refunded", "GET", "/v1/payments/" + createdID, get("/v1/payments/" + createdID), 200, ""},
