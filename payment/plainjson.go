@@ -3,8 +3,9 @@ package payment
 // plainJSON reports, in one pass over the bytes and without allocating,
 // that body is a plain object checkJSON surely accepts: members named
 // without escapes, each once, only fields at the top; values that are
-// strings without escapes, integers, true, false, null, or (at the top) an
-// object of such members; nothing after it but white space. It is the fast
+// strings without escapes, integers, true, false, or (at the top) an object
+// of such members; nothing after it but white space. A null is never plain:
+// the walk refuses it, naming the field. It is the fast
 // path of checkJSON, which walks every other body token by token and says
 // what is wrong with it: false means "not sure", never "invalid". The body is
 // valid UTF-8 (checked before).
@@ -108,8 +109,8 @@ func (p *plainScanner) str() ([]byte, bool) {
 	return nil, false
 }
 
-// scalar scans a string, an integer (JSON's grammar: no leading zero), true,
-// false or null.
+// scalar scans a string, an integer (JSON's grammar: no leading zero), true
+// or false.
 func (p *plainScanner) scalar() bool {
 	if p.i >= len(p.b) {
 		return false
@@ -121,7 +122,7 @@ func (p *plainScanner) scalar() bool {
 	case c == '-' || ('0' <= c && c <= '9'):
 		return p.integer()
 	}
-	for _, lit := range [...]string{"true", "false", "null"} {
+	for _, lit := range [...]string{"true", "false"} {
 		if len(p.b)-p.i >= len(lit) && string(p.b[p.i:p.i+len(lit)]) == lit {
 			p.i += len(lit)
 			return true
@@ -154,8 +155,7 @@ func isNumberTail(c byte) bool {
 
 // plainRequest decodes body as encoding/json decodes it into a wireRequest,
 // in one pass, when plainJSON accepts it and every value has its field's
-// type (null where encoding/json leaves the field as it is). ok false
-// means "decode it the slow way", which also words any error.
+// type. ok false means "decode it the slow way", which also words any error.
 func plainRequest(body []byte) (w wireRequest, ok bool) {
 	if !plainJSON(body, requestFields) {
 		return w, false
@@ -212,23 +212,17 @@ func plainMembers(obj []byte, member func(name, raw []byte) bool) bool {
 	}
 }
 
-// plainString sets *dst to the string raw holds; null leaves it.
+// plainString sets *dst to the string raw holds.
 func plainString(raw []byte, dst *string) bool {
-	switch {
-	case string(raw) == "null":
-		return true
-	case raw[0] == '"':
-		*dst = string(raw[1 : len(raw)-1])
-		return true
+	if raw[0] != '"' {
+		return false
 	}
-	return false
+	*dst = string(raw[1 : len(raw)-1])
+	return true
 }
 
-// plainMetadata sets *dst to the object of strings raw holds; null leaves it.
+// plainMetadata sets *dst to the object of strings raw holds.
 func plainMetadata(raw []byte, dst *map[string]string) bool {
-	if string(raw) == "null" {
-		return true
-	}
 	if raw[0] != '{' {
 		return false
 	}

@@ -98,3 +98,73 @@ func FuzzPlainRequest(f *testing.F) {
 		}
 	})
 }
+
+// A body with a null anywhere is never accepted, as a payment or as a
+// refund; and the two ways of reading a body (the fast path where it
+// applies, and the token walk with encoding/json) give the same request or
+// the same problem for every body.
+func FuzzParseBothWays(f *testing.F) {
+	for _, s := range []string{
+		`{"amount":1000,"currency":"EUR","source":"tok_visa","description":"d","metadata":{"a":"b"}}`,
+		`{"amount":null,"currency":"EUR","source":"tok_visa"}`,
+		`{"amount":1000,"currency":null,"source":"tok_visa"}`,
+		`{"amount":1000,"currency":"EUR","source":null}`,
+		`{"amount":1000,"currency":"EUR","source":"tok_visa","description":null}`,
+		`{"amount":1000,"currency":"EUR","source":"tok_visa","metadata":null}`,
+		`{"amount":1000,"currency":"EUR","source":"tok_visa","metadata":{"a":null}}`,
+		`{"amount":1000,"currency":"EUR","source":"tok_visa","metadata":{"a":"","b":null}}`,
+		`{"amount":1000,"currency":"EUR","source":"tok_visa","metadata":{"a":[null]}}`,
+		`{"amount":1000,"currency":"EUR","source":"tok_visa","metadata":{"a":{"b":null}}}`,
+		`{"description":"caf\u00e9","metadata":{"a":null},"amount":1,"currency":"usd","source":"x"}`,
+		` { "amount" : null } `,
+		`{"amount":null}`,
+		`{"amount":null,"reason":"duplicate"}`,
+		`{"amount":100,"reason":null}`,
+		`{"reason":"requested_by_customer"}`,
+		`{}`,
+		`null`,
+		`[null]`,
+		`{"amount":1}null`,
+		`{"amount":"null"}`,
+		`{"nul":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !utf8.Valid(body) { // refused first, by both
+			return
+		}
+		null := hasNull(body)
+		got, err := ParseRequest(body)
+		slow, slowErr := decodeRequest(body)
+		if null && err == nil {
+			t.Fatalf("ParseRequest(%q) accepts a null: %+v", body, got)
+		}
+		if ProblemOf(err) != ProblemOf(slowErr) || (err == nil && !reflect.DeepEqual(got, slow)) {
+			t.Fatalf("ParseRequest(%q) = %+v, %v; the slow way %+v, %v", body, got, err, slow, slowErr)
+		}
+		refund, err := ParseRefundRequest("pay_1", body)
+		walked, walkErr := parseRefundRequest("pay_1", body, walkJSON)
+		if null && err == nil {
+			t.Fatalf("ParseRefundRequest(%q) accepts a null: %+v", body, refund)
+		}
+		if ProblemOf(err) != ProblemOf(walkErr) || refund != walked {
+			t.Fatalf("ParseRefundRequest(%q) = %+v, %v; the slow way %+v, %v", body, refund, err, walked, walkErr)
+		}
+	})
+}
+
+// hasNull reports whether body holds a null token (not a "null" string)
+// before the first thing that is not JSON.
+func hasNull(body []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if tok == nil {
+			return true
+		}
+	}
+}

@@ -28,8 +28,16 @@ type RefundRequest struct {
 
 // ParseRefundRequest decodes and validates the body of a refund of payment
 // paymentID: {"amount"?: minor units, "reason"?: one of RefundReasons}. An
-// empty body refunds all that is left. Any problem is an EINVALID error.
+// empty body, or one without amount, refunds all that is left; a null
+// amount is refused like any other null, never read as absent. Any problem
+// is an EINVALID error.
 func ParseRefundRequest(paymentID string, body []byte) (RefundRequest, error) {
+	return parseRefundRequest(paymentID, body, checkJSON)
+}
+
+// parseRefundRequest is ParseRefundRequest with check as the first look at
+// the body: checkJSON (the fast path, then the walk), or walkJSON alone.
+func parseRefundRequest(paymentID string, body []byte, check func(body []byte, fields map[string]bool) error) (RefundRequest, error) {
 	r := RefundRequest{PaymentID: paymentID}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return r, nil
@@ -37,7 +45,7 @@ func ParseRefundRequest(paymentID string, body []byte) (RefundRequest, error) {
 	if !utf8.Valid(body) {
 		return r, Errorf(EINVALID, "The body is not valid UTF-8.")
 	}
-	if err := checkJSON(body, refundFields); err != nil {
+	if err := check(body, refundFields); err != nil {
 		return r, err
 	}
 	var w struct {
@@ -47,17 +55,22 @@ func ParseRefundRequest(paymentID string, body []byte) (RefundRequest, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
-		return r, Errorf(EINVALID, "The body does not match the refund schema: %s.", jsonErrorDetail(err))
+		e := Errorf(EINVALID, "The body does not match the refund schema: %s.", jsonErrorDetail(err))
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			e.Param = te.Field
+		}
+		return r, e
 	}
-	if len(w.Amount) > 0 && string(w.Amount) != "null" {
+	if len(w.Amount) > 0 {
 		amount, err := strconv.ParseInt(string(w.Amount), 10, 64)
 		switch {
 		case err != nil && errors.Is(err, strconv.ErrRange), err == nil && amount > MaxAmount:
-			return r, Errorf(EINVALID, "amount is too large: at most %d minor units.", MaxAmount)
+			return r, Invalidf("amount", "amount is too large: at most %d minor units.", MaxAmount)
 		case err != nil:
-			return r, Errorf(EINVALID, "amount must be an integer in minor units (cents), not %s.", truncate(string(w.Amount), 40))
+			return r, Invalidf("amount", "amount must be an integer in minor units (cents), not %s.", truncate(string(w.Amount), 40))
 		case amount <= 0:
-			return r, Errorf(EINVALID, "amount must be positive; leave it out to refund all that is left.")
+			return r, Invalidf("amount", "amount must be positive; leave it out to refund all that is left.")
 		}
 		r.Amount = amount
 	}
@@ -68,7 +81,7 @@ func ParseRefundRequest(paymentID string, body []byte) (RefundRequest, error) {
 			ok = ok || r.Reason == v
 		}
 		if !ok {
-			return r, Errorf(EINVALID, "reason must be one of %s.", strings.Join(RefundReasons, ", "))
+			return r, Invalidf("reason", "reason must be one of %s.", strings.Join(RefundReasons, ", "))
 		}
 	}
 	return r, nil
@@ -206,8 +219,11 @@ func (refunds) notCompleted(a Attempt) Outcome {
 	return Outcome{Status: Failed, ResponseStatus: 402, ResponseBody: p.Body(), FailureCode: "not_completed"}
 }
 
-func (refunds) unknown(Attempt) error {
-	return Errorf(EOUTCOMEUNKNOWN, "The payment provider's answer was lost; the refund may or may not have been made. Retry with the same Idempotency-Key to learn the outcome.")
+// unknown names the refund and its payment, as every refund problem does.
+func (refunds) unknown(a Attempt) error {
+	e := Errorf(EOUTCOMEUNKNOWN, "The payment provider's answer was lost; the refund may or may not have been made. Retry with the same Idempotency-Key to learn the outcome.")
+	e.PaymentID, e.RefundID = a.PaymentID, a.ID
+	return e
 }
 
 func refundDeclinedOutcome(a Attempt, d *DeclineError) Outcome {

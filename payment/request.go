@@ -57,7 +57,14 @@ func ParseRequest(body []byte) (Request, error) {
 	if w, ok := plainRequest(body); ok {
 		return w.validate()
 	}
-	if err := checkJSON(body, requestFields); err != nil {
+	return decodeRequest(body)
+}
+
+// decodeRequest is ParseRequest the slow way, for any valid UTF-8 body: the
+// token walk, which words what is wrong, then encoding/json. Whatever the
+// fast path decodes, this decodes alike.
+func decodeRequest(body []byte) (Request, error) {
+	if err := walkJSON(body, requestFields); err != nil {
 		return Request{}, err
 	}
 	var w wireRequest
@@ -76,7 +83,7 @@ func ParseRequest(body []byte) (Request, error) {
 
 func (w *wireRequest) validate() (Request, error) {
 	r := Request{Currency: w.Currency, Source: w.Source, Description: w.Description, Metadata: w.Metadata}
-	if len(w.Amount) == 0 || string(w.Amount) == "null" {
+	if len(w.Amount) == 0 {
 		return r, Invalidf("amount", "amount is required: an integer in minor units (cents).")
 	}
 	amount, err := strconv.ParseInt(string(w.Amount), 10, 64)
@@ -154,9 +161,10 @@ func ValidKey(k string) bool {
 
 // checkJSON rejects what encoding/json would quietly accept: duplicate keys
 // (which one wins is ambiguous), keys that differ from a field only in case,
-// a body that is not one object, trailing data, and escapes of unpaired
-// UTF-16 surrogates (decoded as U+FFFD, so two different bodies would read
-// alike).
+// a body that is not one object, trailing data, escapes of unpaired UTF-16
+// surrogates (decoded as U+FFFD, so two different bodies would read alike),
+// and null anywhere (decoded as the field left out: a refund's null amount
+// would refund all that is left, a null metadata value would read as "").
 func checkJSON(body []byte, fields map[string]bool) error {
 	if plainJSON(body, fields) {
 		return nil
@@ -235,6 +243,9 @@ func (c *jsonChecker) value(field string, depth int) error {
 	}
 	if lone {
 		return Invalidf(field, "%s has an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF): not a character.", field)
+	}
+	if tok == nil {
+		return Invalidf(field, "%s is null: give it a value, or leave it out where it is optional.", field)
 	}
 	d, ok := tok.(json.Delim)
 	if !ok {

@@ -240,6 +240,53 @@ func TestParseRequestParam(t *testing.T) {
 	}
 }
 
+// JSON null is no value of any field, in a payment or a refund: it is
+// refused, naming the field, on the fast path and the slow one alike. Read
+// as absent, a refund's null amount would refund all that is left, and a
+// null metadata value would be stored as "" and match a later "".
+func TestNullIsRefused(t *testing.T) {
+	const ok = `"amount":1000,"currency":"EUR","source":"tok_visa"`
+	for _, tt := range []struct {
+		name, body, param string
+	}{
+		{"amount", `{"amount":null,"currency":"EUR","source":"tok_visa"}`, "amount"},
+		{"currency", `{"amount":1000,"currency":null,"source":"tok_visa"}`, "currency"},
+		{"source", `{"amount":1000,"currency":"EUR","source":null}`, "source"},
+		{"description", "{" + ok + `,"description":null}`, "description"},
+		{"metadata", "{" + ok + `,"metadata":null}`, "metadata"},
+		{"metadata value", "{" + ok + `,"metadata":{"a":null}}`, "metadata[a]"},
+		{"metadata value after others", "{" + ok + `,"metadata":{"a":"","b":null}}`, "metadata[b]"},
+		{"metadata value, spaced", "{" + ok + `, "metadata" : { "a" : null } }`, "metadata[a]"},
+		{"metadata value, slow path", "{" + ok + `,"description":"caf\u00e9","metadata":{"a":null}}`, "metadata[a]"},
+		{"metadata value, many keys", "{" + ok + `,"metadata":{` + manyKeys(20) + `,"z":null}}`, "metadata[z]"},
+	} {
+		_, err := payment.ParseRequest([]byte(tt.body))
+		if payment.ErrorCode(err) != payment.EINVALID || payment.ErrorParam(err) != tt.param {
+			t.Errorf("payment, null %s: err = %v, param %q; want invalid with param %q", tt.name, err, payment.ErrorParam(err), tt.param)
+		}
+	}
+	for _, tt := range []struct {
+		name, body, param string
+	}{
+		{"amount", `{"amount":null}`, "amount"},
+		{"amount with a reason", `{"amount":null,"reason":"duplicate"}`, "amount"},
+		{"amount, slow path", `{"reason":"duplicate","amount" : null, "\u0061":1}`, "amount"},
+		{"reason", `{"amount":100,"reason":null}`, "reason"},
+	} {
+		_, err := payment.ParseRefundRequest("pay_1", []byte(tt.body))
+		if payment.ErrorCode(err) != payment.EINVALID || payment.ErrorParam(err) != tt.param {
+			t.Errorf("refund, null %s: err = %v, param %q; want invalid with param %q", tt.name, err, payment.ErrorParam(err), tt.param)
+		}
+	}
+	// Absent is not null: a refund without amount is of all that is left.
+	for _, body := range []string{``, ` `, `{}`, `{"reason":"duplicate"}`} {
+		r, err := payment.ParseRefundRequest("pay_1", []byte(body))
+		if err != nil || r.Amount != 0 {
+			t.Errorf("refund %q = %+v, %v; want all that is left", body, r, err)
+		}
+	}
+}
+
 // C1 control characters (U+0080-U+009F; U+009B starts a terminal escape)
 // are control characters too, and an escaped unpaired UTF-16 surrogate,
 // which encoding/json would quietly turn into U+FFFD (two different bodies

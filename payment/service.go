@@ -99,8 +99,12 @@ func (p payments) keyReused(a Attempt) Outcome {
 
 func (payments) notCompleted(a Attempt) Outcome { return NotCompletedOutcome(a) }
 
-func (payments) unknown(Attempt) error {
-	return Errorf(EOUTCOMEUNKNOWN, "The payment provider's answer was lost; the payment may or may not have been charged. Retry with the same Idempotency-Key to learn the outcome.")
+// unknown names the payment, so the merchant can read it (in progress)
+// while the outcome is learned.
+func (payments) unknown(a Attempt) error {
+	e := Errorf(EOUTCOMEUNKNOWN, "The payment provider's answer was lost; the payment may or may not have been charged. Retry with the same Idempotency-Key to learn the outcome.")
+	e.PaymentID = a.ID
+	return e
 }
 
 // Payment returns the payment with id in scope, with its refunds.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/base64"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -252,5 +253,63 @@ func TestContentEncodingRefused(t *testing.T) {
 	}
 	if n := len(e.ledger()); n != 1 {
 		t.Errorf("ledger has charges for %d keys, want 1 (identity only)", n)
+	}
+}
+
+// JSON null is no value of any field: a 400 naming it, nothing written,
+// nothing sent, the key still free. A refund's null amount is not "all that
+// is left" (only an absent one is), and a null metadata value is not "".
+func TestNullIsRefused(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	problem := func(r response) payment.Problem {
+		var p payment.Problem
+		json.Unmarshal(r.Body, &p)
+		return p
+	}
+	const ok = `"amount":1000,"currency":"EUR","source":"tok_visa"`
+	for _, tt := range []struct{ name, body, param string }{
+		{"amount", `{"amount":null,"currency":"EUR","source":"tok_visa"}`, "amount"},
+		{"currency", `{"amount":1000,"currency":null,"source":"tok_visa"}`, "currency"},
+		{"source", `{"amount":1000,"currency":"EUR","source":null}`, "source"},
+		{"description", "{" + ok + `,"description":null}`, "description"},
+		{"metadata", "{" + ok + `,"metadata":null}`, "metadata"},
+		{"metadata value", "{" + ok + `,"metadata":{"a":null}}`, "metadata[a]"},
+	} {
+		r := e.pay("null-"+strings.ReplaceAll(tt.name, " ", "-"), tt.body)
+		if p := problem(r); r.Status != 400 || p.Type != payment.ProblemInvalidRequest || p.Param != tt.param {
+			t.Errorf("payment with a null %s = %d %s, want 400 invalid-request with param %q", tt.name, r.Status, r.Body, tt.param)
+		}
+	}
+	if n := len(e.counts()); n != 0 {
+		t.Errorf("attempts = %v, want none", e.counts())
+	}
+	if n := len(e.ledger()); n != 0 {
+		t.Errorf("ledger has %d charges, want none", n)
+	}
+	// The key of the null metadata value is free, and "" is a request of its own.
+	r := e.pay("null-metadata-value", "{"+ok+`,"metadata":{"a":""}}`)
+	if r.Status != 201 || r.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf(`{"a":""} under the key a {"a":null} was refused under = %d %s (replayed %q), want a new 201`, r.Status, r.Body, r.Header.Get("Idempotent-Replayed"))
+	}
+
+	id := e.paid("null-paid")
+	for _, tt := range []struct{ name, body, param string }{
+		{"amount", `{"amount":null}`, "amount"},
+		{"amount with a reason", `{"amount":null,"reason":"requested_by_customer"}`, "amount"},
+		{"reason", `{"amount":100,"reason":null}`, "reason"},
+	} {
+		r := e.refund(id, "null-refund", tt.body)
+		if p := problem(r); r.Status != 400 || p.Type != payment.ProblemInvalidRequest || p.Param != tt.param {
+			t.Errorf("refund with a null %s = %d %s, want 400 invalid-request with param %q", tt.name, r.Status, r.Body, tt.param)
+		}
+	}
+	if total, _ := e.providerRefunds(); total != 0 {
+		t.Errorf("provider refunded %d, want nothing", total)
+	}
+	if r := e.refund(id, "null-refund", `{"amount":100}`); r.Status != 201 {
+		t.Errorf("refund of 100 under the same key = %d %s, want 201", r.Status, r.Body)
+	}
+	if p, err := e.DB.Payment(context.Background(), "demo", id); err != nil || p.AmountRefunded != 100 {
+		t.Errorf("payment = %+v, %v; want 100 refunded", p, err)
 	}
 }

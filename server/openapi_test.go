@@ -169,6 +169,11 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	var declinedProblem payment.Problem
 	json.Unmarshal(pay("spec-declined", declined).Body, &declinedProblem)
 	refundDeclined, refundNotCompleted := refundProblems(t, e, scope, pay("spec-refunded-elsewhere", visa), refund)
+	refundUnknown := func() response {
+		e.Sim.SetFaults(sim.Faults{FailAfterCharge: 1})
+		defer e.Sim.SetFaults(sim.Faults{})
+		return refund(createdID, "spec-refund-unknown", `{"amount":100}`)
+	}()
 
 	tests := []struct {
 		name         string
@@ -206,6 +211,8 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"refund of an unknown payment", "POST", "/v1/payments/pay_NOPE/refunds", refund("pay_NOPE", "spec-refund-nope", `{}`), 404, payment.ProblemNotFound},
 		{"refund declined", "POST", refunds, refundDeclined, 402, payment.ProblemRefundDeclined},
 		{"refund not completed", "POST", refunds, refundNotCompleted, 402, payment.ProblemRefundNotDone},
+		{"refund outcome unknown", "POST", refunds, refundUnknown, 503, payment.ProblemOutcomeUnknown},
+		{"refund database busy", "POST", refunds, whileLocked(t, e, func() response { return refund(createdID, "spec-refund-locked", `{"amount":100}`) }), 503, payment.ProblemUnavailable},
 		{"refund invalid", "POST", refunds, refund(createdID, "spec-refund-bad", `{"amount":-5}`), 400, payment.ProblemInvalidRequest},
 		{"list refunds", "GET", refunds, get(refunds), 200, ""},
 		{"get refunded", "GET", "/v1/payments/" + createdID, get("/v1/payments/" + createdID), 200, ""},
@@ -410,6 +417,9 @@ func TestOpenAPIRequestLimits(t *testing.T) {
 		`{"amount":1,"currency":"EUR","source":"tok_visa","description":"` + strings.Repeat("x", 1001) + `"}`,
 		`{"amount":1,"currency":"EUR","source":"tok_visa","metadata":{"` + strings.Repeat("k", 41) + `":"v"}}`,
 		`{"amount":1,"currency":"EUR","source":"tok_visa","metadata":{"k":"` + strings.Repeat("v", 501) + `"}}`,
+		`{"amount":1,"currency":"EUR","source":"tok_visa","description":null}`,
+		`{"amount":1,"currency":"EUR","source":"tok_visa","metadata":null}`,
+		`{"amount":1,"currency":"EUR","source":"tok_visa","metadata":{"k":null}}`,
 	} {
 		var v any
 		if err := json.Unmarshal([]byte(body), &v); err != nil {
@@ -419,6 +429,26 @@ func TestOpenAPIRequestLimits(t *testing.T) {
 		r := e.pay(fmt.Sprintf("limits-%d", i), body)
 		if serverOK := r.Status != 400; serverOK != specOK {
 			t.Errorf("%.80s: spec accepts %v, server answers %d %s", body, specOK, r.Status, r.Body)
+		}
+	}
+	refund := s.doc.Components.Schemas["RefundRequest"].Value
+	id := e.paid("limits-refunded")
+	for i, body := range []string{
+		`{"amount":null}`,
+		`{"amount":1,"reason":null}`,
+		`{"amount":0}`,
+		`{"reason":"because"}`,
+		`{"amount":1,"reason":"duplicate"}`,
+		`{}`,
+	} {
+		var v any
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			t.Fatal(err)
+		}
+		specOK := refund.VisitJSON(v, openapi3.EnableJSONSchema2020()) == nil
+		r := e.refund(id, fmt.Sprintf("limits-refund-%d", i), body)
+		if serverOK := r.Status != 400; serverOK != specOK {
+			t.Errorf("refund %s: spec accepts %v, server answers %d %s", body, specOK, r.Status, r.Body)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -294,6 +295,15 @@ func TestOutcomeUnknownThenRecovered(t *testing.T) {
 	}
 	if a.Status != payment.InProgress || !a.LeaseExpiresAt.IsZero() || a.ResponseBody != nil {
 		t.Errorf("attempt after 503 = %s lease %v body %q, want in progress, no lease, nothing stored", a.Status, a.LeaseExpiresAt, a.ResponseBody)
+	}
+	// The 503 names the payment, which the merchant can read while it waits.
+	var p payment.Problem
+	json.Unmarshal(r.Body, &p)
+	if p.PaymentID != a.ID {
+		t.Errorf("503 payment_id = %q, want %q", p.PaymentID, a.ID)
+	}
+	if got := e.do("GET", "/v1/payments/"+a.ID, nil); got.Status != 200 || got.payment(t).Status != payment.InProgress {
+		t.Errorf("GET the payment of the 503 = %d %s, want 200 in progress", got.Status, got.Body)
 	}
 	e.Sim.SetFaults(sim.Faults{NoDedupe: true}) // charging again would charge twice: the retry must find the charge by lookup
 	r = e.pay("unknown", visa)

@@ -161,6 +161,36 @@ func refundRace(t *testing.T, o envOptions, faults sim.Faults) {
 	}
 }
 
+// A refund's lost provider answer is a 503 naming the refund and its
+// payment, like every refund problem: the merchant can read the refund, in
+// progress, and the retry with the same key learns it was made.
+func TestRefundOutcomeUnknownNamesIt(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	id := e.paid("order-1")
+	e.Sim.SetFaults(sim.Faults{FailAfterCharge: 1})
+	r := e.refund(id, "refund-lost", `{"amount":300}`)
+	e.Sim.SetFaults(sim.Faults{})
+	var p payment.Problem
+	json.Unmarshal(r.Body, &p)
+	if r.Status != 503 || p.Type != payment.ProblemOutcomeUnknown || p.PaymentID != id || p.RefundID == "" {
+		t.Fatalf("lost refund answer = %d %s, want 503 outcome unknown naming payment %s and the refund", r.Status, r.Body, id)
+	}
+	var list struct{ Data []payment.RefundView }
+	json.Unmarshal(e.do("GET", "/v1/payments/"+id+"/refunds", nil).Body, &list)
+	if len(list.Data) != 1 || list.Data[0].ID != p.RefundID || list.Data[0].Status != payment.InProgress {
+		t.Errorf("refunds after the 503 = %+v, want refund %s in progress", list.Data, p.RefundID)
+	}
+	r = e.refund(id, "refund-lost", `{"amount":300}`)
+	var v payment.RefundView
+	json.Unmarshal(r.Body, &v)
+	if r.Status != 201 || v.ID != p.RefundID || v.Amount != 300 {
+		t.Errorf("retry = %d %s, want 201 of refund %s", r.Status, r.Body, p.RefundID)
+	}
+	if total, byKey := e.providerRefunds(); total != 300 || len(byKey) != 1 {
+		t.Errorf("provider refunded %d under %d keys, want 300 under one", total, len(byKey))
+	}
+}
+
 // A refund whose owner died after the provider refunded is settled by
 // reconcile asking the provider by key, and its amount counts as refunded.
 func TestReconcileStuckRefund(t *testing.T) {
