@@ -51,6 +51,10 @@ type timing struct {
 // second, so a test can crash hundreds of times.
 var fast = timing{providerTimeout: 200 * time.Millisecond, lease: 500 * time.Millisecond, staleAfter: 500 * time.Millisecond}
 
+// slowBank is fast's leases with a provider timeout a loaded machine
+// cannot miss: for tests whose premise is a call that reached the bank.
+var slowBank = timing{providerTimeout: time.Second, lease: 1500 * time.Millisecond, staleAfter: 1500 * time.Millisecond}
+
 func (tm timing) flags() []string {
 	return []string{"--provider-timeout", tm.providerTimeout.String(), "--lease", tm.lease.String(), "--stale-after", tm.staleAfter.String()}
 }

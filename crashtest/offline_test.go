@@ -66,10 +66,11 @@ func (l *link) clear(t *testing.T) { l.proxy.Toxics.ResetToxics(t.Context()) }
 
 // offlineServe runs serve against the provider through l, with a breaker
 // that opens after 3 failures and probes every 200 ms, and the forwarder
-// every second.
+// every second. A provider call may take a second: on a loaded machine a
+// shorter timeout would trip the breaker while the link is up.
 func offlineServe(t *testing.T, db string, l *link, env []string) *child {
 	t.Helper()
-	return startServe(t, db, l.url(), fast, env, "--link-failures", "3", "--link-probe", "200ms", "--forward-schedule", "@every 1s")
+	return startServe(t, db, l.url(), slowBank, env, "--link-failures", "3", "--link-probe", "200ms", "--forward-schedule", "@every 1s")
 }
 
 // ledgerCounts is the bank's charges per downstream key: with its dedupe
@@ -321,8 +322,8 @@ func TestOfflineResetAndTimeout(t *testing.T) {
 				}
 				ins = append(ins, in)
 			}
-			if slowest >= fast.providerTimeout {
-				t.Errorf("a payment on an open breaker took %s, want less than the provider timeout %s", slowest, fast.providerTimeout)
+			if slowest >= slowBank.providerTimeout {
+				t.Errorf("a payment on an open breaker took %s, want less than the provider timeout %s", slowest, slowBank.providerTimeout)
 			}
 			l.clear(t)
 			waitEmpty(t, c, func() string { return srv.url }, m, time.Minute)

@@ -42,7 +42,7 @@ func webhookCrashRounds(t *testing.T, point string, rounds int) {
 	kills := 0
 	for i := range rounds {
 		in := newIntent(fmt.Sprintf("%s-%d", point, i), 100+i, "tok_visa")
-		srv := startServe(t, db, simProc.url, fast, crashEnv(point, 1), flags...)
+		srv := startServe(t, db, simProc.url, slowBank, crashEnv(point, 1), flags...)
 		setSimFaults(t, simProc.url, `{"latency":"0s","fail_before_charge":0,"fail_after_charge":1,"fail_lookup":0}`)
 		r := mustPay(t, c, srv.url, m, in)
 		setSimFaults(t, simProc.url, `{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0}`)
@@ -62,8 +62,8 @@ func webhookCrashRounds(t *testing.T, point string, rounds int) {
 
 		// The provider redelivers, signed anew, once the dead processor's
 		// lease has run out.
-		srv = startServe(t, db, simProc.url, fast, nil, flags...)
-		fast.expired()
+		srv = startServe(t, db, simProc.url, slowBank, nil, flags...)
+		slowBank.expired()
 		got, err := postEvent(c, srv.url, secret, "msg_"+dk[8:32], body)
 		if err != nil || got.status != http.StatusOK || got.field("state") != "processed" {
 			t.Fatalf("%s: redelivery = %v, %v; want 200 processed", in.key, got, err)
