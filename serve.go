@@ -258,7 +258,7 @@ func (c *config) open(ctx context.Context, log *slog.Logger) (*app, error) {
 		provider = a.sim
 	}
 	a.service = &payment.Service{
-		Store: db, Provider: provider, Log: log, Now: time.Now,
+		Store: db, Provider: provider, ProviderName: c.providerID(), Log: log, Now: time.Now,
 		ProviderTimeout: c.providerTimeout, Lease: c.lease,
 	}
 	return a, nil

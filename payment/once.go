@@ -63,6 +63,7 @@ func (s *Service) once(ctx context.Context, a Attempt, attempt func() Attempt) (
 // who owns a new key: the loser is a duplicate after all. (Its own function
 // so that only a claim puts a on the heap, not every replay.)
 func (s *Service) claim(ctx context.Context, a Attempt) (Result, error) {
+	a.Provider = s.ProviderName
 	claimed, err := s.Store.Claim(ctx, &a)
 	if err != nil {
 		return Result{}, err
