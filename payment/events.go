@@ -126,11 +126,26 @@ type Delivery struct {
 // and durable.
 func (d Delivery) Done() bool { return d.State.Final() }
 
+// Why the inbox refused to apply an event (Inbox.Refused).
+const (
+	// RefusedOtherProvider: the event came from another provider's
+	// endpoint than the one the payment's attempt was made through.
+	RefusedOtherProvider = "other_provider"
+)
+
 // Inbox applies provider events to attempts, each at most once, through
 // the same guarded, fenced record a request or reconcile uses.
 type Inbox struct {
-	Store    EventStore
-	Attempts Store // the attempts' TakeOver and Record
+	Store EventStore
+	// Service holds the attempts (its Store's TakeOver and Record) and
+	// the provider they were made through (ProviderName).
+	Service *Service
+	// Endpoint is the webhook endpoint (Event.Provider: "sim", "stripe")
+	// of the provider Service pays through. An event settles an attempt
+	// only if it came from this endpoint and the attempt was made through
+	// Service's provider: one provider's signature never moves another's
+	// payments.
+	Endpoint string
 	Log      *slog.Logger
 	Now      func() time.Time
 	// Lease is how long a processor holds an event, and an attempt it took
@@ -141,14 +156,18 @@ type Inbox struct {
 	MaxAttempts int
 	// Observe, if set, is told the outcome of every delivery and try.
 	Observe func(provider, eventType, outcome string)
+	// Refused, if set, is told of every try that refused to apply an
+	// event, and why (one of the Refused constants).
+	Refused func(provider, reason string)
 }
 
-// NewInbox returns an inbox over store and attempts with its defaults set.
-func NewInbox(store EventStore, attempts Store, log *slog.Logger, now func() time.Time, lease time.Duration) *Inbox {
+// NewInbox returns an inbox over store that settles svc's attempts from the
+// events of endpoint, with its defaults set; it logs and tells time as svc.
+func NewInbox(store EventStore, svc *Service, endpoint string, lease time.Duration) *Inbox {
 	if lease <= 0 {
 		panic("payment: NewInbox: lease must be positive")
 	}
-	return &Inbox{Store: store, Attempts: attempts, Log: log, Now: now, Lease: lease, MaxAttempts: 10}
+	return &Inbox{Store: store, Service: svc, Endpoint: endpoint, Log: svc.Log, Now: svc.Now, Lease: lease, MaxAttempts: 10}
 }
 
 // Deliver takes one delivery of a verified event: the first copy claims it
@@ -294,6 +313,15 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 		return "", "", err
 	}
 	a := la.Attempt
+	if ev.Provider != in.Endpoint || a.Provider == "" || a.Provider != in.Service.ProviderName {
+		made := "a provider not known"
+		if a.Provider != "" {
+			made = a.Provider
+		}
+		in.refuse(ev, RefusedOtherProvider, in.Log.Warn, "event from another provider than the payment's; ignored", "payment_id", a.ID, "payment_provider", a.Provider)
+		return EventIgnored, fmt.Sprintf("not applied: the payment was made through %s, not the provider of the %s endpoint", made, ev.Provider), nil
+	}
+	store := in.Service.Store
 	for range 2 { // once more after losing the attempt to a request or reconcile
 		if a.Status != InProgress {
 			return in.final(ev, a)
@@ -302,14 +330,14 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 			return "", "", errAttemptBusy
 		}
 		now := in.Now()
-		fence, ok, err := in.Attempts.TakeOver(ctx, a.Scope, a.Key, a.Fence, now, now.Add(in.Lease))
+		fence, ok, err := store.TakeOver(ctx, a.Scope, a.Key, a.Fence, now, now.Add(in.Lease))
 		if err != nil {
 			return "", "", err
 		}
 		if ok {
 			a.Fence = fence
 			o := eventOutcome(a, ev)
-			ok, err = in.Attempts.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, o, in.Now())
+			ok, err = store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, o, in.Now())
 			if err != nil {
 				return "", "", err
 			}
@@ -318,7 +346,7 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 				return EventProcessed, "settled " + string(o.Status), nil
 			}
 		}
-		cur, err := in.Attempts.Attempt(ctx, a.Scope, a.Key)
+		cur, err := store.Attempt(ctx, a.Scope, a.Key)
 		if err != nil {
 			return "", "", err
 		}
@@ -356,6 +384,14 @@ func (in *Inbox) final(ev Event, a Attempt) (EventState, string, error) {
 	log("event disagrees with a final attempt; not applied", "provider", ev.Provider, "event_id", ev.ID,
 		"payment_id", a.ID, "status", a.Status, "charge_id", a.ChargeID, "event_charge_id", ev.Charge.ID)
 	return EventIgnored, msg, nil
+}
+
+// refuse logs, with log, and counts a try that refused ev for reason.
+func (in *Inbox) refuse(ev Event, reason string, log func(string, ...any), msg string, args ...any) {
+	log(msg, append([]any{"provider", ev.Provider, "event_id", ev.ID, "reason", reason}, args...)...)
+	if in.Refused != nil {
+		in.Refused(ev.Provider, reason)
+	}
 }
 
 // observe reports a delivery's outcome: processed, ignored, failed, busy,

@@ -20,7 +20,7 @@ func TestNewInboxRefusesNoLease(t *testing.T) {
 		}
 	}()
 	f := newFixture(t)
-	payment.NewInbox(f.DB, f.DB, f.Log, f.clock.Now, 0)
+	payment.NewInbox(f.DB, f.Service, "sim", 0)
 }
 
 // The sweep leaves an event received a moment ago to the delivery that is
@@ -52,7 +52,8 @@ func TestEventsAgainstFinalAttempts(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	var logs bytes.Buffer
-	inbox := payment.NewInbox(f.DB, f.DB, slog.New(slog.NewJSONHandler(&logs, nil)), f.clock.Now, 30*time.Second)
+	inbox := payment.NewInbox(f.DB, f.Service, "sim", 30*time.Second)
+	inbox.Log = slog.New(slog.NewJSONHandler(&logs, nil))
 	if r, err := f.Service.Pay(ctx, "demo", "k-declined", payment.Request{Amount: 500, Currency: "EUR", Source: "tok_chargeDeclined"}); err != nil || r.Status != 402 {
 		t.Fatalf("Pay = %d, %v; want 402", r.Status, err)
 	}
@@ -71,6 +72,51 @@ func TestEventsAgainstFinalAttempts(t *testing.T) {
 	}
 	if got, _ := f.DB.Attempt(ctx, "demo", "k-declined"); got.Status != payment.Failed || got.ChargeID != "" {
 		t.Errorf("attempt = %s %q, want still failed with no charge", got.Status, got.ChargeID)
+	}
+}
+
+// An event settles only attempts made through the provider whose endpoint
+// received it: one about an attempt another provider took (a binding that
+// has moved since), one about an attempt whose provider is not known, and
+// one from another endpoint are each ignored, counted, and change nothing.
+func TestEventFromAnotherProviderRefused(t *testing.T) {
+	ctx := context.Background()
+	f := newInboxFixture(t)
+	refused := map[string]int{}
+	f.inbox.Refused = func(provider, reason string) { refused[provider+" "+reason]++ }
+	for _, tc := range []struct {
+		name, key, endpoint, madeThrough string
+	}{
+		{"an attempt made through another provider", "k-old-bank", "sim", "http://old-bank:1"},
+		{"an attempt whose provider is not known", "k-unknown", "sim", ""},
+		{"an event from another endpoint", "k-sim", "stripe", "sim"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := tc.key
+			a := payment.NewAttempt("demo", key, visa, f.clock.Now(), 0)
+			a.Provider = tc.madeThrough
+			if ok, err := f.DB.Claim(ctx, &a); !ok || err != nil {
+				t.Fatalf("Claim = %v, %v", ok, err)
+			}
+			ev := succeededEvent("evt_"+key, &a, payment.Charge{ID: "ch_x", Amount: a.Amount, Currency: a.Currency})
+			ev.Provider = tc.endpoint
+			d, err := f.inbox.Deliver(ctx, ev)
+			if err != nil || d.State != payment.EventIgnored {
+				t.Fatalf("Deliver = %+v, %v; want ignored", d, err)
+			}
+			if e, _ := f.DB.InboxEvent(ctx, tc.endpoint, ev.ID); !strings.HasPrefix(e.Result, "not applied: the payment was made through ") {
+				t.Errorf("result = %q, want the reason", e.Result)
+			}
+			if got, _ := f.DB.Attempt(ctx, "demo", key); got.Status != payment.InProgress || got.Fence != 1 {
+				t.Errorf("attempt = %s under fence %d, want untouched", got.Status, got.Fence)
+			}
+		})
+	}
+	if refused["sim other_provider"] != 2 || refused["stripe other_provider"] != 1 {
+		t.Errorf("refusals counted = %v, want 2 from sim and 1 from stripe, for another provider", refused)
+	}
+	if f.records.won.Load() != 0 {
+		t.Errorf("records won = %d, want none", f.records.won.Load())
 	}
 }
 
@@ -97,7 +143,9 @@ func TestEventLosesTheAttemptToARequest(t *testing.T) {
 			t.Errorf("the request's retry = %d, %v", r.Status, err)
 		}
 	}
-	inbox := payment.NewInbox(f.DB, lostTakeOver{Store: f.DB, settle: settle}, f.Log, f.clock.Now, 30*time.Second)
+	svc := *f.Service
+	svc.Store = lostTakeOver{Store: f.DB, settle: settle}
+	inbox := payment.NewInbox(f.DB, &svc, "sim", 30*time.Second)
 	d, err := inbox.Deliver(ctx, succeededEvent("evt_lost", a, c))
 	if err != nil || d.State != payment.EventProcessed {
 		t.Fatalf("Deliver = %+v, %v; want processed (already succeeded)", d, err)
@@ -120,7 +168,7 @@ func TestEventInternalFailureShowsItsCause(t *testing.T) {
 	ctx := context.Background()
 	f := newInboxFixture(t)
 	a, c := f.lostResponse(t, "k-broken")
-	inbox := payment.NewInbox(brokenLookup{f.DB}, f.DB, f.Log, f.clock.Now, 30*time.Second)
+	inbox := payment.NewInbox(brokenLookup{f.DB}, f.Service, "sim", 30*time.Second)
 	if d, err := inbox.Deliver(ctx, succeededEvent("evt_broken", a, c)); err != nil || d.State != payment.EventFailedState {
 		t.Fatalf("Deliver = %+v, %v; want failed", d, err)
 	}

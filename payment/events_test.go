@@ -39,7 +39,7 @@ func newInboxFixture(t *testing.T) *inboxFixture {
 	rec := &countedRecords{Store: f.Service.Store}
 	f.Service.Store = rec
 	return &inboxFixture{fixture: f, records: rec,
-		inbox: payment.NewInbox(f.DB, rec, f.Log, f.clock.Now, 30*time.Second)}
+		inbox: payment.NewInbox(f.DB, f.Service, "sim", 30*time.Second)}
 }
 
 // lostResponse pays under key with the charge's answer lost: the attempt

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stripe/stripe-go/v85/webhook"
+
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/sim"
 )
@@ -49,6 +51,30 @@ func (e *env) stuck(key string) (*payment.Attempt, payment.Charge) {
 		e.t.Fatalf("ledger has %d charges under the key, want 1", len(charges))
 	}
 	return a, charges[0]
+}
+
+// stripeIntentEvent is Stripe's event id of type typ about a PaymentIntent
+// naming a's payment and downstream key, as a Stripe-signed delivery
+// carries it: one that failed, or one that succeeded as charge ch.
+func stripeIntentEvent(id, typ string, a *payment.Attempt, ch string) []byte {
+	intent := fmt.Sprintf(`{"id":%q,"object":"payment_intent","amount":%d,"currency":%q,"status":"succeeded","created":1700000000,
+		"metadata":{"oncepay_key":%q,"oncepay_payment":%q}}`, ch, a.Amount, strings.ToLower(a.Currency), payment.DownstreamKey(a.Scope, a.Key), a.ID)
+	if typ == "payment_intent.payment_failed" {
+		intent = fmt.Sprintf(`{"id":"pi_declined","object":"payment_intent","amount":%d,"currency":%q,"status":"requires_payment_method","created":1700000000,
+		"metadata":{"oncepay_key":%q,"oncepay_payment":%q},
+		"last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"insufficient_funds","message":"Your card has insufficient funds."}}`,
+			a.Amount, strings.ToLower(a.Currency), payment.DownstreamKey(a.Scope, a.Key), a.ID)
+	}
+	return fmt.Appendf(nil, `{"id":%q,"object":"event","api_version":"2024-06-20","created":1700000000,"livemode":false,
+		"pending_webhooks":1,"type":%q,"data":{"object":%s}}`, id, typ, intent)
+}
+
+// stripeWebhook posts body to /v1/webhooks/stripe signed with Stripe's
+// secret, now.
+func (e *env) stripeWebhook(body []byte) response {
+	e.t.Helper()
+	sig := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: stripeWebhookSecret, Timestamp: time.Now()}).Header
+	return e.do("POST", "/v1/webhooks/stripe", body, "Stripe-Signature", sig, "Content-Type", "application/json")
 }
 
 func (e *env) events() []payment.InboxEvent {
@@ -148,6 +174,45 @@ func TestWebhookSettlesStuckPayment(t *testing.T) {
 	}
 	if n := len(e.ledger()[payment.DownstreamKey("demo", "k-stuck")]); n != 1 {
 		t.Errorf("ledger holds %d charges, want 1", n)
+	}
+}
+
+// A provider's signature moves only the payments made through it. With
+// both webhook secrets set, Stripe-signed events about a payment made
+// through the simulated provider, one saying it was declined and one that
+// it succeeded, are refused: ignored (final, so Stripe stops), the reason
+// on the inbox page, counted. The payment waits for its own provider,
+// whose event then settles it.
+func TestWebhookFromAnotherProviderRefused(t *testing.T) {
+	e := newEnv(t, envOptions{stripeWebhooks: true})
+	a, c := e.stuck("k-cross")
+	for _, tc := range []struct{ id, typ string }{
+		{"evt_cross_declined", "payment_intent.payment_failed"},
+		{"evt_cross_succeeded", "payment_intent.succeeded"},
+	} {
+		r := e.stripeWebhook(stripeIntentEvent(tc.id, tc.typ, a, "pi_elsewhere"))
+		if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"ignored"`) {
+			t.Errorf("Stripe's %s about the simulated provider's payment = %d %s, want 200 ignored", tc.typ, r.Status, r.Body)
+		}
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-cross"); got.Status != payment.InProgress {
+		t.Fatalf("attempt = %s %q %q, want still in progress", got.Status, got.FailureCode, got.ChargeID)
+	}
+	page := string(e.do("GET", "/admin/events?state=ignored", nil).Body)
+	if n := strings.Count(page, "not applied: the payment was made through sim, not the provider of the stripe endpoint"); n != 2 {
+		t.Errorf("the inbox page gives the reason %d times, want 2", n)
+	}
+	metrics := string(e.do("GET", "/metrics", nil).Body)
+	if want := `oncepay_webhook_events_refused_total{provider="stripe",reason="other_provider"} 2`; !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+
+	r := e.webhook("msg_own", time.Now(), simWebhookSecret, simEvent(a, c))
+	if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"processed"`) {
+		t.Fatalf("the simulated provider's own event = %d %s, want 200 processed", r.Status, r.Body)
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-cross"); got.Status != payment.Succeeded || got.ChargeID != c.ID {
+		t.Errorf("attempt = %s %q, want succeeded with %s", got.Status, got.ChargeID, c.ID)
 	}
 }
 
