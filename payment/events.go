@@ -131,6 +131,9 @@ const (
 	// RefusedOtherProvider: the event came from another provider's
 	// endpoint than the one the payment's attempt was made through.
 	RefusedOtherProvider = "other_provider"
+	// RefusedUnconfirmed: a success event about a payment in progress the
+	// provider, asked by its key, has no charge for; held failed.
+	RefusedUnconfirmed = "unconfirmed"
 )
 
 // Inbox applies provider events to attempts, each at most once, through
@@ -148,8 +151,8 @@ type Inbox struct {
 	Endpoint string
 	Log      *slog.Logger
 	Now      func() time.Time
-	// Lease is how long a processor holds an event, and an attempt it took
-	// over, before another may take them.
+	// Lease is how long a processor holds an event before another may take
+	// it. (An attempt it takes over, it holds for Service.Lease.)
 	Lease time.Duration
 	// MaxAttempts bounds the automatic tries of an event; past them it stays
 	// failed until an operator redelivers it.
@@ -321,7 +324,6 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 		in.refuse(ev, RefusedOtherProvider, in.Log.Warn, "event from another provider than the payment's; ignored", "payment_id", a.ID, "payment_provider", a.Provider)
 		return EventIgnored, fmt.Sprintf("not applied: the payment was made through %s, not the provider of the %s endpoint", made, ev.Provider), nil
 	}
-	store := in.Service.Store
 	for range 2 { // once more after losing the attempt to a request or reconcile
 		if a.Status != InProgress {
 			return in.final(ev, a)
@@ -329,24 +331,33 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 		if a.LeaseLive(in.Now()) {
 			return "", "", errAttemptBusy
 		}
-		now := in.Now()
-		fence, ok, err := store.TakeOver(ctx, a.Scope, a.Key, a.Fence, now, now.Add(in.Lease))
-		if err != nil {
+		// The event is a hint: the provider, asked by the payment's key, says
+		// what is recorded. Nothing there means it moved no money, which a
+		// decline says too; a success it does not know is held failed.
+		o, lookupErr, err := in.Service.confirm(ctx, a, func(a Attempt) (Outcome, bool) {
+			if ev.Kind == EventFailed {
+				return declinedOutcome(a, &DeclineError{Code: ev.DeclineCode, Message: ev.DeclineReason}), true
+			}
+			return Outcome{}, false
+		})
+		switch {
+		case err != nil:
 			return "", "", err
-		}
-		if ok {
-			a.Fence = fence
-			o := eventOutcome(a, ev)
-			ok, err = store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, o, in.Now())
-			if err != nil {
-				return "", "", err
+		case lookupErr != nil:
+			return "", "", &Error{Code: EUNAVAILABLE, Message: "The provider could not confirm the event: " + lookupErr.Error(), Err: lookupErr}
+		case o.Status == InProgress:
+			in.refuse(ev, RefusedUnconfirmed, in.Log.Warn, "the provider has no charge under the payment's key; event not applied",
+				"payment_id", a.ID, "event_charge_id", ev.Charge.ID)
+			return "", "", errUnconfirmed
+		case o.Status != "":
+			if ev.Kind == EventSucceeded && o.ChargeID != ev.Charge.ID {
+				in.Log.Warn("event names another charge than the provider holds under the payment's key; the provider's recorded",
+					"provider", ev.Provider, "event_id", ev.ID, "payment_id", a.ID, "charge_id", o.ChargeID, "event_charge_id", ev.Charge.ID)
 			}
-			if ok {
-				in.Log.Info("event settled attempt", "provider", ev.Provider, "event_id", ev.ID, "payment_id", a.ID, "status", o.Status)
-				return EventProcessed, "settled " + string(o.Status), nil
-			}
+			in.Log.Info("event settled attempt", "provider", ev.Provider, "event_id", ev.ID, "payment_id", a.ID, "status", o.Status, "charge_id", o.ChargeID)
+			return EventProcessed, "settled " + string(o.Status), nil
 		}
-		cur, err := store.Attempt(ctx, a.Scope, a.Key)
+		cur, err := in.Service.Store.Attempt(ctx, a.Scope, a.Key)
 		if err != nil {
 			return "", "", err
 		}
@@ -355,17 +366,11 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 	return "", "", errAttemptBusy
 }
 
-// eventOutcome is what the event says the attempt's answer is: the same
-// outcome, byte for byte, that a request or reconcile would record.
-func eventOutcome(a Attempt, ev Event) Outcome {
-	if ev.Kind == EventFailed {
-		return declinedOutcome(a, &DeclineError{Code: ev.DeclineCode, Message: ev.DeclineReason})
-	}
-	if !ev.Charge.matches(a) {
-		return providerKeyReusedOutcome(a)
-	}
-	return SucceededOutcome(a, ev.Charge)
-}
+// errUnconfirmed: the provider, asked by the payment's key, has no charge,
+// so a success event is not applied. It stays failed, tried again, in
+// case the provider's answer lags; the payment waits for its client's retry
+// or reconcile.
+var errUnconfirmed = Errorf(ENOTFOUND, "Not applied: the provider has no charge under this payment's key. The payment stays in progress for its client's retry or reconcile.")
 
 // final decides an event about an attempt already settled: one that agrees
 // is processed (nothing to do); one that disagrees never changes a final

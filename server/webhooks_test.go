@@ -77,6 +77,26 @@ func (e *env) stripeWebhook(body []byte) response {
 	return e.do("POST", "/v1/webhooks/stripe", body, "Stripe-Signature", sig, "Content-Type", "application/json")
 }
 
+// uncharged pays under key with the call failing before the provider
+// charged: in progress, lease released, nothing in the ledger.
+func (e *env) uncharged(key string) *payment.Attempt {
+	e.t.Helper()
+	e.Sim.SetFaults(sim.Faults{FailBeforeCharge: 1})
+	r := e.pay(key, visa)
+	e.Sim.SetFaults(sim.Faults{})
+	if r.Status != 503 {
+		e.t.Fatalf("pay = %d %s, want 503", r.Status, r.Body)
+	}
+	a, err := e.DB.Attempt(context.Background(), "demo", key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if n := len(e.ledger()[payment.DownstreamKey("demo", key)]); n != 0 {
+		e.t.Fatalf("ledger has %d charges under the key, want none", n)
+	}
+	return a
+}
+
 func (e *env) events() []payment.InboxEvent {
 	e.t.Helper()
 	evs, err := e.DB.ListEvents(context.Background(), payment.EventFilter{Limit: 1000})
@@ -212,6 +232,99 @@ func TestWebhookFromAnotherProviderRefused(t *testing.T) {
 		t.Fatalf("the simulated provider's own event = %d %s, want 200 processed", r.Status, r.Body)
 	}
 	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-cross"); got.Status != payment.Succeeded || got.ChargeID != c.ID {
+		t.Errorf("attempt = %s %q, want succeeded with %s", got.Status, got.ChargeID, c.ID)
+	}
+}
+
+// A success event is a hint, confirmed by asking the provider by the
+// payment's key. A signed charge.succeeded naming a made-up charge, about
+// a payment the provider never charged, settles nothing: the event is held
+// failed (503, so its sender tries again), with the reason on the inbox
+// page, counted; the client's retry then charges once, as if the event
+// had never come.
+func TestWebhookSuccessTheProviderDoesNotKnowIsHeld(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	a := e.uncharged("k-never-charged")
+	forged := simEvent(a, payment.Charge{ID: "ch_made_up", Amount: a.Amount, Currency: a.Currency})
+	r := e.webhook("msg_forged", time.Now(), simWebhookSecret, forged)
+	if r.Status != 503 || r.problemType() != payment.ProblemEventNotApplied {
+		t.Fatalf("webhook = %d %s, want 503 %s", r.Status, r.Body, payment.ProblemEventNotApplied)
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-never-charged"); got.Status != payment.InProgress || got.ChargeID != "" {
+		t.Fatalf("attempt = %s %q, want still in progress, no charge", got.Status, got.ChargeID)
+	}
+	if evs := e.events(); len(evs) != 1 || evs[0].State != payment.EventFailedState {
+		t.Fatalf("inbox = %+v, want the event failed", evs)
+	}
+	page := string(e.do("GET", "/admin/events?state=failed", nil).Body)
+	if !strings.Contains(page, "msg_forged") || !strings.Contains(page, "the provider has no charge under this payment&#39;s key") {
+		t.Errorf("the inbox page does not show the failed event with its reason")
+	}
+	metrics := string(e.do("GET", "/metrics", nil).Body)
+	if want := `oncepay_webhook_events_refused_total{provider="sim",reason="unconfirmed"} 1`; !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+	retry := e.pay("k-never-charged", visa)
+	charges := e.ledger()[payment.DownstreamKey("demo", "k-never-charged")]
+	if retry.Status != 201 || len(charges) != 1 || retry.payment(t).ChargeID != charges[0].ID {
+		t.Errorf("retry = %d %s with %d charges, want 201 naming the one charge", retry.Status, retry.Body, len(charges))
+	}
+}
+
+// What the provider says is recorded, not what the event claims: a
+// charge.succeeded naming a made-up charge, or a charge.failed, about a
+// payment the provider did charge settles it with the provider's charge.
+func TestWebhookRecordsWhatTheProviderSays(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, tc := range []struct {
+		key  string
+		body func(a *payment.Attempt) []byte
+	}{
+		{"k-made-up-charge", func(a *payment.Attempt) []byte {
+			return simEvent(a, payment.Charge{ID: "ch_made_up", Amount: a.Amount, Currency: a.Currency})
+		}},
+		{"k-said-declined", func(a *payment.Attempt) []byte {
+			return fmt.Appendf(nil, `{"type":"charge.failed","timestamp":"2026-01-01T00:00:00Z","data":{"idempotency_key":%q,"payment_id":%q,"amount":%d,"currency":%q,"failure_code":"card_declined","failure_message":"Declined."}}`,
+				payment.DownstreamKey(a.Scope, a.Key), a.ID, a.Amount, a.Currency)
+		}},
+	} {
+		a, c := e.stuck(tc.key)
+		r := e.webhook("msg_"+tc.key, time.Now(), simWebhookSecret, tc.body(a))
+		if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"processed"`) {
+			t.Errorf("%s: webhook = %d %s, want 200 processed", tc.key, r.Status, r.Body)
+		}
+		retry := e.pay(tc.key, visa)
+		if retry.Status != 201 || retry.Header.Get("Idempotent-Replayed") != "true" || retry.payment(t).ChargeID != c.ID {
+			t.Errorf("%s: retry = %d %s, want a 201 replay of the provider's charge %s", tc.key, retry.Status, retry.Body, c.ID)
+		}
+	}
+}
+
+// A lookup that fails leaves the event to be tried again, and the payment
+// as it was: released, as stale as before. Once the provider answers, the
+// sender's next delivery settles it.
+func TestWebhookLookupErrorLeavesEventToRetry(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	a, c := e.stuck("k-lookup-fails")
+	e.Sim.SetFaults(sim.Faults{FailLookup: 1})
+	r := e.webhook("msg_lookup", time.Now(), simWebhookSecret, simEvent(a, c))
+	e.Sim.SetFaults(sim.Faults{})
+	if r.Status != 503 || r.problemType() != payment.ProblemEventNotApplied {
+		t.Fatalf("webhook while lookups fail = %d %s, want 503 %s", r.Status, r.Body, payment.ProblemEventNotApplied)
+	}
+	got, _ := e.DB.Attempt(context.Background(), "demo", "k-lookup-fails")
+	if got.Status != payment.InProgress || got.LeaseLive(time.Now()) || !got.UpdatedAt.Equal(a.UpdatedAt) {
+		t.Fatalf("attempt = %s, lease live %v, updated %v; want in progress, released, updated %v as before",
+			got.Status, got.LeaseLive(time.Now()), got.UpdatedAt, a.UpdatedAt)
+	}
+	if evs := e.events(); len(evs) != 1 || evs[0].State != payment.EventFailedState || !strings.Contains(evs[0].LastError, "could not confirm") {
+		t.Fatalf("inbox = %+v, want the event failed, its cause given", evs)
+	}
+	r = e.webhook("msg_lookup", time.Now(), simWebhookSecret, simEvent(a, c))
+	if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"processed"`) {
+		t.Fatalf("redelivery = %d %s, want 200 processed", r.Status, r.Body)
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-lookup-fails"); got.Status != payment.Succeeded || got.ChargeID != c.ID {
 		t.Errorf("attempt = %s %q, want succeeded with %s", got.Status, got.ChargeID, c.ID)
 	}
 }
