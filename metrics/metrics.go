@@ -67,7 +67,7 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 		}, []string{"provider", "type", "outcome"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_webhook_events_refused_total",
-			Help: "Tries of provider events the inbox refused to apply, by provider (the endpoint) and reason: other_provider (about a payment made through another provider; ignored), unconfirmed (a success the provider, asked by the payment's key, has no charge for; held failed).",
+			Help: "Tries of provider events the inbox refused to apply, by provider (the endpoint) and reason: other_provider (about a payment made through another provider; ignored), unconfirmed (a success the provider, asked by the payment's key, has no charge for; held failed), mismatch (a charge for another amount or currency than the payment's; ignored), conflict (a success a final payment does not hold: money may have moved twice; ignored and logged as an error, for an operator).",
 		}, []string{"provider", "reason"}),
 	}
 	m.byOutcome = map[string]prometheus.Counter{}

@@ -134,6 +134,13 @@ const (
 	// RefusedUnconfirmed: a success event about a payment in progress the
 	// provider, asked by its key, has no charge for; held failed.
 	RefusedUnconfirmed = "unconfirmed"
+	// RefusedMismatch: a success event whose charge is for another amount
+	// or currency than the payment; ignored.
+	RefusedMismatch = "mismatch"
+	// RefusedConflict: a success event about a final payment that does not
+	// hold it (failed, or succeeded as another charge); ignored, logged as
+	// an error for an operator: money may have moved twice.
+	RefusedConflict = "conflict"
 )
 
 // Inbox applies provider events to attempts, each at most once, through
@@ -308,7 +315,7 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 		return EventIgnored, "event type not used", nil
 	}
 	la, err := in.Store.AttemptByPaymentID(ctx, ev.PaymentID)
-	if ErrorCode(err) == ENOTFOUND || err == nil && DownstreamKey(la.Scope, la.Key) != ev.DownstreamKey {
+	if ErrorCode(err) == ENOTFOUND || err == nil && (la.Kind != KindPayment || DownstreamKey(la.Scope, la.Key) != ev.DownstreamKey) {
 		in.Log.Info("event for a payment oncepay does not know; ignored", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID)
 		return EventIgnored, "unknown payment", nil
 	}
@@ -323,6 +330,11 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 		}
 		in.refuse(ev, RefusedOtherProvider, in.Log.Warn, "event from another provider than the payment's; ignored", "payment_id", a.ID, "payment_provider", a.Provider)
 		return EventIgnored, fmt.Sprintf("not applied: the payment was made through %s, not the provider of the %s endpoint", made, ev.Provider), nil
+	}
+	if ev.Kind == EventSucceeded && !ev.Charge.matches(a) {
+		in.refuse(ev, RefusedMismatch, in.Log.Warn, "event's charge is for another amount or currency than the payment; ignored",
+			"payment_id", a.ID, "amount", a.Amount, "currency", a.Currency, "event_amount", ev.Charge.Amount, "event_currency", ev.Charge.Currency)
+		return EventIgnored, fmt.Sprintf("not applied: the event's charge is %d %s, the payment %d %s", ev.Charge.Amount, ev.Charge.Currency, a.Amount, a.Currency), nil
 	}
 	for range 2 { // once more after losing the attempt to a request or reconcile
 		if a.Status != InProgress {
@@ -374,21 +386,26 @@ var errUnconfirmed = Errorf(ENOTFOUND, "Not applied: the provider has no charge 
 
 // final decides an event about an attempt already settled: one that agrees
 // is processed (nothing to do); one that disagrees never changes a final
-// answer the client may already hold, and is logged for the operator.
+// answer the client may already hold. A late failure is logged; a success
+// the record does not hold (money moved that the client was told did not,
+// or moved twice: another charge than the payment's) is flagged for an
+// operator, logged as an error and counted.
 func (in *Inbox) final(ev Event, a Attempt) (EventState, string, error) {
 	agrees := ev.Kind == EventSucceeded && a.Status == Succeeded && a.ChargeID == ev.Charge.ID ||
 		ev.Kind == EventFailed && a.Status == Failed
 	if agrees {
 		return EventProcessed, "already " + string(a.Status), nil
 	}
-	msg := fmt.Sprintf("attempt already %s; a %s event does not change it", a.Status, ev.Kind)
-	log := in.Log.Warn
-	if ev.Kind == EventSucceeded {
-		log = in.Log.Error // money moved that the client was told did not: an operator must look
+	args := []any{"payment_id", a.ID, "status", a.Status, "charge_id", a.ChargeID, "event_charge_id", ev.Charge.ID}
+	if ev.Kind == EventFailed {
+		in.Log.Warn("event disagrees with a final attempt; not applied", append([]any{"provider", ev.Provider, "event_id", ev.ID}, args...)...)
+		return EventIgnored, fmt.Sprintf("not applied: the payment already %s; a %s event does not change it", a.Status, ev.Kind), nil
 	}
-	log("event disagrees with a final attempt; not applied", "provider", ev.Provider, "event_id", ev.ID,
-		"payment_id", a.ID, "status", a.Status, "charge_id", a.ChargeID, "event_charge_id", ev.Charge.ID)
-	return EventIgnored, msg, nil
+	in.refuse(ev, RefusedConflict, in.Log.Error, "event disagrees with a final attempt; not applied", args...)
+	if a.Status == Succeeded {
+		return EventIgnored, fmt.Sprintf("flagged for an operator: the payment succeeded as charge %s, and this event says charge %s succeeded: money may have moved twice", a.ChargeID, ev.Charge.ID), nil
+	}
+	return EventIgnored, fmt.Sprintf("flagged for an operator: the payment failed (its client was told so), and this event says charge %s succeeded: money may have moved", ev.Charge.ID), nil
 }
 
 // refuse logs, with log, and counts a try that refused ev for reason.

@@ -300,6 +300,80 @@ func TestWebhookRecordsWhatTheProviderSays(t *testing.T) {
 	}
 }
 
+// A success event whose charge is for another amount or currency than the
+// payment never settles it as succeeded, though the provider did charge the
+// payment: the event is not about that charge. Ignored, with the reason,
+// counted; the client's retry then gets the provider's charge.
+func TestWebhookChargeForAnotherAmountNeverSettles(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	a, c := e.stuck("k-other-amount")
+	for _, tc := range []struct {
+		id     string
+		charge payment.Charge
+	}{
+		{"msg_other_amount", payment.Charge{ID: c.ID, Amount: a.Amount + 1, Currency: a.Currency}},
+		{"msg_other_currency", payment.Charge{ID: c.ID, Amount: a.Amount, Currency: "USD"}},
+	} {
+		r := e.webhook(tc.id, time.Now(), simWebhookSecret, simEvent(a, tc.charge))
+		if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"ignored"`) {
+			t.Errorf("%s: webhook = %d %s, want 200 ignored", tc.id, r.Status, r.Body)
+		}
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-other-amount"); got.Status != payment.InProgress {
+		t.Fatalf("attempt = %s %q, want still in progress", got.Status, got.ChargeID)
+	}
+	if page := string(e.do("GET", "/admin/events", nil).Body); !strings.Contains(page, "not applied: the event&#39;s charge is 1001 EUR, the payment 1000 EUR") ||
+		!strings.Contains(page, "not applied: the event&#39;s charge is 1000 USD, the payment 1000 EUR") {
+		t.Errorf("the inbox page does not give the reasons")
+	}
+	metrics := string(e.do("GET", "/metrics", nil).Body)
+	if want := `oncepay_webhook_events_refused_total{provider="sim",reason="mismatch"} 2`; !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+	if retry := e.pay("k-other-amount", visa); retry.Status != 201 || retry.payment(t).ChargeID != c.ID {
+		t.Errorf("retry = %d %s, want 201 with the provider's charge %s", retry.Status, retry.Body, c.ID)
+	}
+}
+
+// A success event naming another charge than the one a succeeded payment
+// recorded says money may have moved twice: it changes nothing the client
+// holds, and is not marked processed in silence but flagged for an
+// operator: the reason on the inbox page, an error in the log, a count.
+func TestWebhookSecondChargeFlagged(t *testing.T) {
+	logs := &syncBuffer{}
+	e := newEnv(t, envOptions{log: logs})
+	paid := e.pay("k-paid-once", visa)
+	if paid.Status != 201 {
+		t.Fatalf("pay = %d %s", paid.Status, paid.Body)
+	}
+	a, err := e.DB.Attempt(context.Background(), "demo", "k-paid-once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.webhook("msg_second", time.Now(), simWebhookSecret, simEvent(a, payment.Charge{ID: "ch_second", Amount: a.Amount, Currency: a.Currency}))
+	if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"ignored"`) {
+		t.Fatalf("webhook = %d %s, want 200 ignored", r.Status, r.Body)
+	}
+	want := "flagged for an operator: the payment succeeded as charge " + a.ChargeID + ", and this event says charge ch_second succeeded: money may have moved twice"
+	if evs := e.events(); len(evs) != 1 || evs[0].Result != want {
+		t.Errorf("inbox = %+v, want the event ignored with %q", evs, want)
+	}
+	if page := string(e.do("GET", "/admin/events", nil).Body); !strings.Contains(page, want) {
+		t.Errorf("the inbox page does not flag the event")
+	}
+	if !strings.Contains(logs.String(), `"level":"ERROR","msg":"event disagrees with a final attempt; not applied"`) {
+		t.Errorf("the second charge was not logged as an error")
+	}
+	metrics := string(e.do("GET", "/metrics", nil).Body)
+	if want := `oncepay_webhook_events_refused_total{provider="sim",reason="conflict"} 1`; !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-paid-once"); got.Status != payment.Succeeded || got.ChargeID != a.ChargeID ||
+		string(got.ResponseBody) != string(paid.Body) {
+		t.Errorf("attempt = %s %q, want unchanged", got.Status, got.ChargeID)
+	}
+}
+
 // A lookup that fails leaves the event to be tried again, and the payment
 // as it was: released, as stale as before. Once the provider answers, the
 // sender's next delivery settles it.
