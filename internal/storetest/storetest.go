@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"ReplaysSeePurges", testReplaysSeePurges},
 		{"InboxClaimRace", testInboxClaimRace},
 		{"InboxLeasesAndPurge", testInboxLeasesAndPurge},
+		{"InboxFailedEventBegunAgain", testInboxFailedEventBegunAgain},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
