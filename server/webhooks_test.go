@@ -202,9 +202,17 @@ func TestWebhookSettlesStuckPayment(t *testing.T) {
 // through the simulated provider, one saying it was declined and one that
 // it succeeded, are refused: ignored (final, so Stripe stops), the reason
 // on the inbox page, counted. The payment waits for its own provider,
-// whose event then settles it.
+// whose event then settles it. On each store.
 func TestWebhookFromAnotherProviderRefused(t *testing.T) {
-	e := newEnv(t, envOptions{stripeWebhooks: true})
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			webhookFromAnotherProvider(t, envOptions{stripeWebhooks: true, postgres: st.postgres})
+		})
+	}
+}
+
+func webhookFromAnotherProvider(t *testing.T, o envOptions) {
+	e := newEnv(t, o)
 	a, c := e.stuck("k-cross")
 	for _, tc := range []struct{ id, typ string }{
 		{"evt_cross_declined", "payment_intent.payment_failed"},
