@@ -476,3 +476,17 @@ func TestPurgeCommandPurgesEvents(t *testing.T) {
 		t.Errorf("inbox after purge = %+v, %v; want only the failed event", evs, err)
 	}
 }
+
+// Only the endpoint of the provider payments go to settles them: Stripe's
+// for --provider stripe, the simulated provider's for the in-process one
+// and for a sim-provider elsewhere.
+func TestWebhookEndpointOfTheProvider(t *testing.T) {
+	for _, tc := range []struct{ provider, want string }{
+		{"sim", "sim"}, {"http://127.0.0.1:9000", "sim"}, {"stripe", "stripe"},
+	} {
+		c := config{provider: tc.provider}
+		if got := c.webhookEndpoint(); got != tc.want {
+			t.Errorf("--provider %s: webhook endpoint %q, want %q", tc.provider, got, tc.want)
+		}
+	}
+}

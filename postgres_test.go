@@ -155,7 +155,7 @@ func TestCopyToPostgres(t *testing.T) {
 	}
 	got, err = dst.Attempt(ctx, scope, "in-flight")
 	if err != nil || got.Status != payment.InProgress || got.Fence != 2 || !got.LeaseExpiresAt.Equal(now.Add(3*time.Hour)) ||
-		!got.CreatedAt.Equal(now) || !bytes.Equal(got.RequestHash, flight.RequestHash) {
+		!got.CreatedAt.Equal(now) || !bytes.Equal(got.RequestHash, flight.RequestHash) || got.Provider != flight.Provider {
 		t.Errorf("copied in-flight attempt = %+v, %v, want fence 2 and its lease", got, err)
 	}
 	if p, err := dst.Payment(ctx, scope, final.ID); err != nil || p.AmountReserved != 300 || p.Status != payment.Succeeded || p.Key != "paid" {

@@ -27,6 +27,10 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
     kind             TEXT    NOT NULL DEFAULT 'payment' CHECK (kind IN ('payment', 'refund')),
     payment_id       TEXT,              -- a refund's payment
     details          BLOB,              -- what the payment or refund keeps (JSON)
+    -- The provider the money moves through, as settings binds it, set at
+    -- the claim: a provider's event settles only attempts made through it.
+    -- NULL if not known (a file migrated before any binding).
+    provider         TEXT,
     PRIMARY KEY (scope, idempotency_key)
 );
 

@@ -305,7 +305,7 @@ func (c *config) open(ctx context.Context, log *slog.Logger) (*app, error) {
 		provider = a.link
 	}
 	a.service = &payment.Service{
-		Store: db, Provider: provider, Log: log, Now: time.Now,
+		Store: db, Provider: provider, ProviderName: c.providerID(), Log: log, Now: time.Now,
 		ProviderTimeout: c.providerTimeout, Lease: c.lease,
 	}
 	if a.link != nil {
@@ -447,8 +447,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			log.Warn("SIMULATED PROVIDER: no real money moves. Set --provider for a real one.", "ledger", cfg.simDB)
 		}
 	}
-	inbox := payment.NewInbox(a.db, a.db, log, time.Now, cfg.lease)
-	inbox.Observe = m.WebhookEvent
+	inbox := payment.NewInbox(a.db, a.service, cfg.webhookEndpoint(), cfg.lease)
+	inbox.Observe, inbox.Refused = m.WebhookEvent, m.WebhookRefused
 	srvCfg.Inbox, srvCfg.Webhooks, srvCfg.CountWebhook = inbox, cfg.webhooks(), m.WebhookEvent
 	rec, err := a.reconciler(&cfg)
 	if err != nil {
@@ -503,6 +503,16 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	err = serveHTTP(ctx, ln, server.New(srvCfg), cfg.providerTimeout, log)
 	<-jobs.Stop().Done() // then the deferred Close: the database goes last
 	return err
+}
+
+// webhookEndpoint is the webhook endpoint of the provider payments go to:
+// only its events settle them. A sim-provider elsewhere signs as the
+// simulated provider does.
+func (c *config) webhookEndpoint() string {
+	if c.provider == "stripe" {
+		return "stripe"
+	}
+	return "sim"
 }
 
 // webhooks are the verifiers of the webhook endpoints configured: each

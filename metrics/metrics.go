@@ -29,6 +29,7 @@ type Metrics struct {
 	purged    prometheus.Counter
 	purgedEvs prometheus.Counter
 	webhooks  *prometheus.CounterVec
+	refused   *prometheus.CounterVec
 	// The forward queue's (offline.go); nil until Offline registers them.
 	queued, queuedAmount, forwards *prometheus.CounterVec
 }
@@ -66,6 +67,10 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 			Name: "oncepay_webhook_events_total",
 			Help: "Provider event deliveries and tries by provider, event type (empty if unverified) and outcome: processed, ignored, failed, duplicate, busy, error, invalid, too_large.",
 		}, []string{"provider", "type", "outcome"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_webhook_events_refused_total",
+			Help: "Tries of provider events the inbox refused to apply, by provider (the endpoint) and reason: other_provider (about a payment made through another provider; ignored), unconfirmed (a success the provider, asked by the payment's key, has no charge for; held failed), mismatch (a charge for another amount or currency than the payment's; ignored), conflict (a success a final payment does not hold: money may have moved twice; ignored and logged as an error, for an operator).",
+		}, []string{"provider", "reason"}),
 	}
 	m.byOutcome = map[string]prometheus.Counter{}
 	for _, o := range []string{"created", "replayed", "declined"} { // the outcomes of nearly every request
@@ -74,7 +79,7 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 	for _, o := range []string{"succeeded", "failed", "unknown"} {
 		m.reconcile.WithLabelValues(o) // present at zero from the start
 	}
-	m.registry.MustRegister(m.requests, m.refunds, m.provider, m.reconcile, m.purged, m.purgedEvs, m.webhooks,
+	m.registry.MustRegister(m.requests, m.refunds, m.provider, m.reconcile, m.purged, m.purgedEvs, m.webhooks, m.refused,
 		&inProgressCollector{fn: inProgress, now: now},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -172,6 +177,11 @@ func (m *Metrics) Reconciled(r payment.ReconcileResult) {
 // WebhookEvent counts one delivery or try of a provider event.
 func (m *Metrics) WebhookEvent(provider, eventType, outcome string) {
 	m.webhooks.WithLabelValues(provider, eventType, outcome).Inc()
+}
+
+// WebhookRefused counts one try that refused a provider event, and why.
+func (m *Metrics) WebhookRefused(provider, reason string) {
+	m.refused.WithLabelValues(provider, reason).Inc()
 }
 
 // Purged counts what one purge run deleted.

@@ -47,11 +47,12 @@
  * | settled          | payment.(*Service).settled      | cur, err := s.Store.Answer(ctx, a.Scope, a.Key)     |
  * | settled          | payment.(*Service).settled      | if cur.Status == InProgress {                       |
  * | reconcile-stale  | payment.(*Reconciler).RunOnce   | Store.Stale(ctx, now.Add(-r.StaleAfter), now        |
- * | reconcile-take   | payment.(*Service).settle       | s.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence       |
- * | reconcile-lookup | payment.(*Service).settle       | o, found, err := op.find(pctx, a)                   |
- * | reconcile-keep   | payment.(*Service).settle       | s.Store.Release(ctx, a.Scope, a.Key, a.Fence        |
- * | reconcile-record | payment.(*Service).settle       | o = op.notCompleted(a)                              |
- * | reconcile-record | payment.(*Service).settle       | s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence |
+ * | reconcile-take   | payment.(*Service).confirm      | s.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence       |
+ * | reconcile-lookup | payment.(*Service).confirm      | s.operation(a.Kind).find(pctx, a)                   |
+ * | reconcile-keep   | payment.(*Service).confirm      | s.Store.Release(ctx, a.Scope, a.Key, a.Fence        |
+ * | reconcile-record | payment.(*Service).settle       | return s.operation(a.Kind).notCompleted(a), true    |
+ * | reconcile-record | payment.(*Service).confirm      | o, found = absent(a)                                |
+ * | reconcile-record | payment.(*Service).confirm      | s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence |
  * | provider-dedupe  | sim.(*Sim).Charge               | c, stored, err = s.byKey(ctx, req.IdempotencyKey)   |
  * | provider-lookup  | sim.(*Sim).Lookup               | s.byKey(ctx, req.IdempotencyKey)                    |
  *

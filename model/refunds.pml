@@ -66,11 +66,11 @@
  * | settle-money    | sqlitestore.settleRefund      | SET amount_reserved = amount_reserved - ?, amount_refunded = amount_refunded + ? |
  * | settle-money    | sqlitestore.settleRefund      | if o.Status == payment.Succeeded {                              |
  * | settled         | payment.(*Service).settled    | if cur.Status == InProgress {                                   |
- * | reconcile-take  | payment.(*Service).settle     | s.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence                   |
- * | reconcile-look  | payment.(*Service).settle     | o, found, err := op.find(pctx, a)                               |
- * | reconcile-keep  | payment.(*Service).settle     | s.Store.Release(ctx, a.Scope, a.Key, a.Fence                    |
+ * | reconcile-take  | payment.(*Service).confirm    | s.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence                   |
+ * | reconcile-look  | payment.(*Service).confirm    | s.operation(a.Kind).find(pctx, a)                               |
+ * | reconcile-keep  | payment.(*Service).confirm    | s.Store.Release(ctx, a.Scope, a.Key, a.Fence                    |
  * | reconcile-none  | payment.(refunds).notCompleted | FailureCode: "not_completed"                                   |
- * | reconcile-none  | payment.(*Service).settle     | o = op.notCompleted(a)                                          |
+ * | reconcile-none  | payment.(*Service).settle     | return s.operation(a.Kind).notCompleted(a), true                |
  * | provider-dedupe | sim.(*Sim).Refund             | WHERE idempotency_key = ? ORDER BY copy LIMIT 1                 |
  * | provider-lookup | sim.(*Sim).LookupRefund       | WHERE idempotency_key = ? ORDER BY copy LIMIT 1                 |
  * | found-declined  | payment.(refunds).find        | if d, declined := IsDecline(err); declined {                    |

@@ -126,29 +126,58 @@ type Delivery struct {
 // and durable.
 func (d Delivery) Done() bool { return d.State.Final() }
 
+// Why the inbox refused to apply an event (Inbox.Refused).
+const (
+	// RefusedOtherProvider: the event came from another provider's
+	// endpoint than the one the payment's attempt was made through.
+	RefusedOtherProvider = "other_provider"
+	// RefusedUnconfirmed: a success event about a payment in progress the
+	// provider, asked by its key, has no charge for; held failed.
+	RefusedUnconfirmed = "unconfirmed"
+	// RefusedMismatch: a success event whose charge is for another amount
+	// or currency than the payment; ignored.
+	RefusedMismatch = "mismatch"
+	// RefusedConflict: a success event about a final payment that does not
+	// hold it (failed, or succeeded as another charge); ignored, logged as
+	// an error for an operator: money may have moved twice.
+	RefusedConflict = "conflict"
+)
+
 // Inbox applies provider events to attempts, each at most once, through
 // the same guarded, fenced record a request or reconcile uses.
 type Inbox struct {
-	Store    EventStore
-	Attempts Store // the attempts' TakeOver and Record
+	Store EventStore
+	// Service holds the attempts (its Store's TakeOver and Record) and
+	// the provider they were made through (ProviderName).
+	Service *Service
+	// Endpoint is the webhook endpoint (Event.Provider: "sim", "stripe")
+	// of the provider Service pays through. An event settles an attempt
+	// only if it came from this endpoint and the attempt was made through
+	// Service's provider: one provider's signature never moves another's
+	// payments.
+	Endpoint string
 	Log      *slog.Logger
 	Now      func() time.Time
-	// Lease is how long a processor holds an event, and an attempt it took
-	// over, before another may take them.
+	// Lease is how long a processor holds an event before another may take
+	// it. (An attempt it takes over, it holds for Service.Lease.)
 	Lease time.Duration
 	// MaxAttempts bounds the automatic tries of an event; past them it stays
 	// failed until an operator redelivers it.
 	MaxAttempts int
 	// Observe, if set, is told the outcome of every delivery and try.
 	Observe func(provider, eventType, outcome string)
+	// Refused, if set, is told of every try that refused to apply an
+	// event, and why (one of the Refused constants).
+	Refused func(provider, reason string)
 }
 
-// NewInbox returns an inbox over store and attempts with its defaults set.
-func NewInbox(store EventStore, attempts Store, log *slog.Logger, now func() time.Time, lease time.Duration) *Inbox {
+// NewInbox returns an inbox over store that settles svc's attempts from the
+// events of endpoint, with its defaults set; it logs and tells time as svc.
+func NewInbox(store EventStore, svc *Service, endpoint string, lease time.Duration) *Inbox {
 	if lease <= 0 {
 		panic("payment: NewInbox: lease must be positive")
 	}
-	return &Inbox{Store: store, Attempts: attempts, Log: log, Now: now, Lease: lease, MaxAttempts: 10}
+	return &Inbox{Store: store, Service: svc, Endpoint: endpoint, Log: svc.Log, Now: svc.Now, Lease: lease, MaxAttempts: 10}
 }
 
 // Deliver takes one delivery of a verified event: the first copy claims it
@@ -286,7 +315,7 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 		return EventIgnored, "event type not used", nil
 	}
 	la, err := in.Store.AttemptByPaymentID(ctx, ev.PaymentID)
-	if ErrorCode(err) == ENOTFOUND || err == nil && DownstreamKey(la.Scope, la.Key) != ev.DownstreamKey {
+	if ErrorCode(err) == ENOTFOUND || err == nil && (la.Kind != KindPayment || DownstreamKey(la.Scope, la.Key) != ev.DownstreamKey) {
 		in.Log.Info("event for a payment oncepay does not know; ignored", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID)
 		return EventIgnored, "unknown payment", nil
 	}
@@ -294,6 +323,19 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 		return "", "", err
 	}
 	a := la.Attempt
+	if ev.Provider != in.Endpoint || a.Provider == "" || a.Provider != in.Service.ProviderName {
+		made := "a provider not known"
+		if a.Provider != "" {
+			made = a.Provider
+		}
+		in.refuse(ev, RefusedOtherProvider, in.Log.Warn, "event from another provider than the payment's; ignored", "payment_id", a.ID, "payment_provider", a.Provider)
+		return EventIgnored, fmt.Sprintf("not applied: the payment was made through %s, not the provider of the %s endpoint", made, ev.Provider), nil
+	}
+	if ev.Kind == EventSucceeded && !ev.Charge.matches(a) {
+		in.refuse(ev, RefusedMismatch, in.Log.Warn, "event's charge is for another amount or currency than the payment; ignored",
+			"payment_id", a.ID, "amount", a.Amount, "currency", a.Currency, "event_amount", ev.Charge.Amount, "event_currency", ev.Charge.Currency)
+		return EventIgnored, fmt.Sprintf("not applied: the event's charge is %d %s, the payment %d %s", ev.Charge.Amount, ev.Charge.Currency, a.Amount, a.Currency), nil
+	}
 	for range 2 { // once more after losing the attempt to a request or reconcile
 		if a.Status != InProgress {
 			return in.final(ev, a)
@@ -301,24 +343,33 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 		if a.LeaseLive(in.Now()) {
 			return "", "", errAttemptBusy
 		}
-		now := in.Now()
-		fence, ok, err := in.Attempts.TakeOver(ctx, a.Scope, a.Key, a.Fence, now, now.Add(in.Lease))
-		if err != nil {
+		// The event is a hint: the provider, asked by the payment's key, says
+		// what is recorded. Nothing there means it moved no money, which a
+		// decline says too; a success it does not know is held failed.
+		o, lookupErr, err := in.Service.confirm(ctx, a, func(a Attempt) (Outcome, bool) {
+			if ev.Kind == EventFailed {
+				return declinedOutcome(a, &DeclineError{Code: ev.DeclineCode, Message: ev.DeclineReason}), true
+			}
+			return Outcome{}, false
+		})
+		switch {
+		case err != nil:
 			return "", "", err
-		}
-		if ok {
-			a.Fence = fence
-			o := eventOutcome(a, ev)
-			ok, err = in.Attempts.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, o, in.Now())
-			if err != nil {
-				return "", "", err
+		case lookupErr != nil:
+			return "", "", &Error{Code: EUNAVAILABLE, Message: "The provider could not confirm the event: " + lookupErr.Error(), Err: lookupErr}
+		case o.Status == InProgress:
+			in.refuse(ev, RefusedUnconfirmed, in.Log.Warn, "the provider has no charge under the payment's key; event not applied",
+				"payment_id", a.ID, "event_charge_id", ev.Charge.ID)
+			return "", "", errUnconfirmed
+		case o.Status != "":
+			if ev.Kind == EventSucceeded && o.ChargeID != ev.Charge.ID {
+				in.Log.Warn("event names another charge than the provider holds under the payment's key; the provider's recorded",
+					"provider", ev.Provider, "event_id", ev.ID, "payment_id", a.ID, "charge_id", o.ChargeID, "event_charge_id", ev.Charge.ID)
 			}
-			if ok {
-				in.Log.Info("event settled attempt", "provider", ev.Provider, "event_id", ev.ID, "payment_id", a.ID, "status", o.Status)
-				return EventProcessed, "settled " + string(o.Status), nil
-			}
+			in.Log.Info("event settled attempt", "provider", ev.Provider, "event_id", ev.ID, "payment_id", a.ID, "status", o.Status, "charge_id", o.ChargeID)
+			return EventProcessed, "settled " + string(o.Status), nil
 		}
-		cur, err := in.Attempts.Attempt(ctx, a.Scope, a.Key)
+		cur, err := in.Service.Store.Attempt(ctx, a.Scope, a.Key)
 		if err != nil {
 			return "", "", err
 		}
@@ -327,35 +378,42 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 	return "", "", errAttemptBusy
 }
 
-// eventOutcome is what the event says the attempt's answer is: the same
-// outcome, byte for byte, that a request or reconcile would record.
-func eventOutcome(a Attempt, ev Event) Outcome {
-	if ev.Kind == EventFailed {
-		return declinedOutcome(a, &DeclineError{Code: ev.DeclineCode, Message: ev.DeclineReason})
-	}
-	if !ev.Charge.matches(a) {
-		return providerKeyReusedOutcome(a)
-	}
-	return SucceededOutcome(a, ev.Charge)
-}
+// errUnconfirmed: the provider, asked by the payment's key, has no charge,
+// so a success event is not applied. It stays failed, tried again, in
+// case the provider's answer lags; the payment waits for its client's retry
+// or reconcile.
+var errUnconfirmed = Errorf(ENOTFOUND, "Not applied: the provider has no charge under this payment's key. The payment stays in progress for its client's retry or reconcile.")
 
 // final decides an event about an attempt already settled: one that agrees
 // is processed (nothing to do); one that disagrees never changes a final
-// answer the client may already hold, and is logged for the operator.
+// answer the client may already hold. A late failure is logged; a success
+// the record does not hold (money moved that the client was told did not,
+// or moved twice: another charge than the payment's) is flagged for an
+// operator, logged as an error and counted.
 func (in *Inbox) final(ev Event, a Attempt) (EventState, string, error) {
 	agrees := ev.Kind == EventSucceeded && a.Status == Succeeded && a.ChargeID == ev.Charge.ID ||
 		ev.Kind == EventFailed && a.Status == Failed
 	if agrees {
 		return EventProcessed, "already " + string(a.Status), nil
 	}
-	msg := fmt.Sprintf("attempt already %s; a %s event does not change it", a.Status, ev.Kind)
-	log := in.Log.Warn
-	if ev.Kind == EventSucceeded {
-		log = in.Log.Error // money moved that the client was told did not: an operator must look
+	args := []any{"payment_id", a.ID, "status", a.Status, "charge_id", a.ChargeID, "event_charge_id", ev.Charge.ID}
+	if ev.Kind == EventFailed {
+		in.Log.Warn("event disagrees with a final attempt; not applied", append([]any{"provider", ev.Provider, "event_id", ev.ID}, args...)...)
+		return EventIgnored, fmt.Sprintf("not applied: the payment already %s; a %s event does not change it", a.Status, ev.Kind), nil
 	}
-	log("event disagrees with a final attempt; not applied", "provider", ev.Provider, "event_id", ev.ID,
-		"payment_id", a.ID, "status", a.Status, "charge_id", a.ChargeID, "event_charge_id", ev.Charge.ID)
-	return EventIgnored, msg, nil
+	in.refuse(ev, RefusedConflict, in.Log.Error, "event disagrees with a final attempt; not applied", args...)
+	if a.Status == Succeeded {
+		return EventIgnored, fmt.Sprintf("flagged for an operator: the payment succeeded as charge %s, and this event says charge %s succeeded: money may have moved twice", a.ChargeID, ev.Charge.ID), nil
+	}
+	return EventIgnored, fmt.Sprintf("flagged for an operator: the payment failed (its client was told so), and this event says charge %s succeeded: money may have moved", ev.Charge.ID), nil
+}
+
+// refuse logs, with log, and counts a try that refused ev for reason.
+func (in *Inbox) refuse(ev Event, reason string, log func(string, ...any), msg string, args ...any) {
+	log(msg, append([]any{"provider", ev.Provider, "event_id", ev.ID, "reason", reason}, args...)...)
+	if in.Refused != nil {
+		in.Refused(ev.Provider, reason)
+	}
 }
 
 // observe reports a delivery's outcome: processed, ignored, failed, busy,

@@ -20,7 +20,7 @@ func TestNewInboxRefusesNoLease(t *testing.T) {
 		}
 	}()
 	f := newFixture(t)
-	payment.NewInbox(f.DB, f.DB, f.Log, f.clock.Now, 0)
+	payment.NewInbox(f.DB, f.Service, "sim", 0)
 }
 
 // The sweep leaves an event received a moment ago to the delivery that is
@@ -52,7 +52,14 @@ func TestEventsAgainstFinalAttempts(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	var logs bytes.Buffer
-	inbox := payment.NewInbox(f.DB, f.DB, slog.New(slog.NewJSONHandler(&logs, nil)), f.clock.Now, 30*time.Second)
+	inbox := payment.NewInbox(f.DB, f.Service, "sim", 30*time.Second)
+	inbox.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+	var conflicts int
+	inbox.Refused = func(_, reason string) {
+		if reason == payment.RefusedConflict {
+			conflicts++
+		}
+	}
 	if r, err := f.Service.Pay(ctx, "demo", "k-declined", payment.Request{Amount: 500, Currency: "EUR", Source: "tok_chargeDeclined"}); err != nil || r.Status != 402 {
 		t.Fatalf("Pay = %d, %v; want 402", r.Status, err)
 	}
@@ -69,8 +76,104 @@ func TestEventsAgainstFinalAttempts(t *testing.T) {
 	if !strings.Contains(logs.String(), `"level":"ERROR","msg":"event disagrees with a final attempt; not applied"`) {
 		t.Errorf("a success after a decline was not logged as an error: %s", logs.String())
 	}
+	if conflicts != 1 {
+		t.Errorf("conflicts counted = %d, want the success after a decline", conflicts)
+	}
 	if got, _ := f.DB.Attempt(ctx, "demo", "k-declined"); got.Status != payment.Failed || got.ChargeID != "" {
 		t.Errorf("attempt = %s %q, want still failed with no charge", got.Status, got.ChargeID)
+	}
+}
+
+// An event settles only attempts made through the provider whose endpoint
+// received it: one about an attempt another provider took (a binding that
+// has moved since), one about an attempt whose provider is not known, and
+// one from another endpoint are each ignored, counted, and change nothing.
+func TestEventFromAnotherProviderRefused(t *testing.T) {
+	ctx := context.Background()
+	f := newInboxFixture(t)
+	refused := map[string]int{}
+	f.inbox.Refused = func(provider, reason string) { refused[provider+" "+reason]++ }
+	for _, tc := range []struct {
+		name, key, endpoint, madeThrough string
+	}{
+		{"an attempt made through another provider", "k-old-bank", "sim", "http://old-bank:1"},
+		{"an attempt whose provider is not known", "k-unknown", "sim", ""},
+		{"an event from another endpoint", "k-sim", "stripe", "sim"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := tc.key
+			a := payment.NewAttempt("demo", key, visa, f.clock.Now(), 0)
+			a.Provider = tc.madeThrough
+			if ok, err := f.DB.Claim(ctx, &a); !ok || err != nil {
+				t.Fatalf("Claim = %v, %v", ok, err)
+			}
+			ev := succeededEvent("evt_"+key, &a, payment.Charge{ID: "ch_x", Amount: a.Amount, Currency: a.Currency})
+			ev.Provider = tc.endpoint
+			d, err := f.inbox.Deliver(ctx, ev)
+			if err != nil || d.State != payment.EventIgnored {
+				t.Fatalf("Deliver = %+v, %v; want ignored", d, err)
+			}
+			if e, _ := f.DB.InboxEvent(ctx, tc.endpoint, ev.ID); !strings.HasPrefix(e.Result, "not applied: the payment was made through ") {
+				t.Errorf("result = %q, want the reason", e.Result)
+			}
+			if got, _ := f.DB.Attempt(ctx, "demo", key); got.Status != payment.InProgress || got.Fence != 1 {
+				t.Errorf("attempt = %s under fence %d, want untouched", got.Status, got.Fence)
+			}
+		})
+	}
+	if refused["sim other_provider"] != 2 || refused["stripe other_provider"] != 1 {
+		t.Errorf("refusals counted = %v, want 2 from sim and 1 from stripe, for another provider", refused)
+	}
+	if f.records.won.Load() != 0 {
+		t.Errorf("records won = %d, want none", f.records.won.Load())
+	}
+}
+
+// An event names a payment: one naming a refund's attempt (its id and
+// downstream key) is about no payment, and is ignored, the refund
+// untouched.
+func TestEventAboutARefundIgnored(t *testing.T) {
+	ctx := context.Background()
+	f := newInboxFixture(t)
+	paid, err := f.Service.Pay(ctx, "demo", "k-paid", visa)
+	if err != nil || paid.Status != 201 {
+		t.Fatalf("Pay = %d, %v", paid.Status, err)
+	}
+	p, _ := f.DB.Attempt(ctx, "demo", "k-paid")
+	r := payment.NewRefundAttempt("demo", "k-refund", payment.RefundRequest{PaymentID: p.ID, Amount: 100}, f.clock.Now(), 0)
+	r.Provider = "sim"
+	if ok, err := f.DB.Claim(ctx, &r); !ok || err != nil {
+		t.Fatalf("Claim = %v, %v", ok, err)
+	}
+	ev := payment.Event{Provider: "sim", ID: "evt_refund", Type: "charge.failed", Kind: payment.EventFailed,
+		PaymentID: r.ID, DownstreamKey: payment.DownstreamKey("demo", "k-refund"), DeclineCode: "card_declined"}
+	if d, err := f.inbox.Deliver(ctx, ev); err != nil || d.State != payment.EventIgnored {
+		t.Fatalf("Deliver = %+v, %v; want ignored", d, err)
+	}
+	if got, _ := f.DB.Attempt(ctx, "demo", "k-refund"); got.Status != payment.InProgress || got.Fence != 1 {
+		t.Errorf("refund attempt = %s under fence %d, want untouched", got.Status, got.Fence)
+	}
+}
+
+// The provider holding the payment's key for a charge of another amount (a
+// key reused after oncepay forgot it) never makes the payment succeeded,
+// though the event agrees with the payment: what the provider says is
+// recorded, the key's reuse, final and failed.
+func TestEventKeyHeldForAnotherPaymentNeverSucceeds(t *testing.T) {
+	ctx := context.Background()
+	f := newInboxFixture(t)
+	a := f.abandon(t, "k-reused", false)
+	c, err := f.Sim.Charge(ctx, payment.ChargeRequest{IdempotencyKey: payment.DownstreamKey("demo", "k-reused"), Amount: 999, Currency: "EUR", Source: "tok_visa"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Add(f.Service.Lease + time.Second) // the owner died
+	ev := succeededEvent("evt_reused", a, payment.Charge{ID: c.ID, Amount: a.Amount, Currency: a.Currency})
+	if d, err := f.inbox.Deliver(ctx, ev); err != nil || d.State != payment.EventProcessed {
+		t.Fatalf("Deliver = %+v, %v; want processed", d, err)
+	}
+	if got, _ := f.DB.Attempt(ctx, "demo", "k-reused"); got.Status != payment.Failed || got.FailureCode != "provider_key_reused" || got.ChargeID != "" {
+		t.Errorf("attempt = %s %q %q, want failed as provider_key_reused, no charge", got.Status, got.FailureCode, got.ChargeID)
 	}
 }
 
@@ -97,7 +200,9 @@ func TestEventLosesTheAttemptToARequest(t *testing.T) {
 			t.Errorf("the request's retry = %d, %v", r.Status, err)
 		}
 	}
-	inbox := payment.NewInbox(f.DB, lostTakeOver{Store: f.DB, settle: settle}, f.Log, f.clock.Now, 30*time.Second)
+	svc := *f.Service
+	svc.Store = lostTakeOver{Store: f.DB, settle: settle}
+	inbox := payment.NewInbox(f.DB, &svc, "sim", 30*time.Second)
 	d, err := inbox.Deliver(ctx, succeededEvent("evt_lost", a, c))
 	if err != nil || d.State != payment.EventProcessed {
 		t.Fatalf("Deliver = %+v, %v; want processed (already succeeded)", d, err)
@@ -120,7 +225,7 @@ func TestEventInternalFailureShowsItsCause(t *testing.T) {
 	ctx := context.Background()
 	f := newInboxFixture(t)
 	a, c := f.lostResponse(t, "k-broken")
-	inbox := payment.NewInbox(brokenLookup{f.DB}, f.DB, f.Log, f.clock.Now, 30*time.Second)
+	inbox := payment.NewInbox(brokenLookup{f.DB}, f.Service, "sim", 30*time.Second)
 	if d, err := inbox.Deliver(ctx, succeededEvent("evt_broken", a, c)); err != nil || d.State != payment.EventFailedState {
 		t.Fatalf("Deliver = %+v, %v; want failed", d, err)
 	}

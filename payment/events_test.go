@@ -39,7 +39,7 @@ func newInboxFixture(t *testing.T) *inboxFixture {
 	rec := &countedRecords{Store: f.Service.Store}
 	f.Service.Store = rec
 	return &inboxFixture{fixture: f, records: rec,
-		inbox: payment.NewInbox(f.DB, rec, f.Log, f.clock.Now, 30*time.Second)}
+		inbox: payment.NewInbox(f.DB, f.Service, "sim", 30*time.Second)}
 }
 
 // lostResponse pays under key with the charge's answer lost: the attempt
@@ -67,6 +67,33 @@ func (f *inboxFixture) lostResponse(t *testing.T, key string) (*payment.Attempt,
 	}
 	f.records.won.Store(0)
 	return a, charges[0]
+}
+
+// notCharged pays under key with the call failing before the provider
+// charged: the attempt stays in progress, lease released, and the ledger
+// holds nothing under the key.
+func (f *inboxFixture) notCharged(t *testing.T, key string) *payment.Attempt {
+	t.Helper()
+	ctx := context.Background()
+	if err := f.Sim.SetFaults(sim.Faults{FailBeforeCharge: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.Service.Pay(ctx, "demo", key, visa)
+	if got := payment.ErrorCode(err); got != payment.EOUTCOMEUNKNOWN {
+		t.Fatalf("Pay = %v, want outcome unknown", err)
+	}
+	if err := f.Sim.SetFaults(sim.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := f.DB.Attempt(ctx, "demo", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.Ledger(t)[payment.DownstreamKey("demo", key)]); n != 0 {
+		t.Fatalf("ledger holds %d charges under the key, want none", n)
+	}
+	f.records.won.Store(0)
+	return a
 }
 
 func succeededEvent(id string, a *payment.Attempt, c payment.Charge) payment.Event {
@@ -191,8 +218,11 @@ func TestEventOutcomes(t *testing.T) {
 	}
 	a, _ := f.DB.Attempt(ctx, "demo", "k-paid")
 	stuck, c := f.lostResponse(t, "k-stuck")
+	uncharged := f.notCharged(t, "k-uncharged")
 	declined := payment.Event{Provider: "sim", ID: "evt_declined", Type: "charge.failed", Kind: payment.EventFailed,
-		PaymentID: stuck.ID, DownstreamKey: payment.DownstreamKey("demo", "k-stuck"), DeclineCode: "card_declined", DeclineReason: "Declined."}
+		PaymentID: uncharged.ID, DownstreamKey: payment.DownstreamKey("demo", "k-uncharged"), DeclineCode: "card_declined", DeclineReason: "Declined."}
+	declinedButCharged := declined
+	declinedButCharged.ID, declinedButCharged.PaymentID, declinedButCharged.DownstreamKey = "evt_declined_charged", stuck.ID, payment.DownstreamKey("demo", "k-stuck")
 	late := declined
 	late.ID, late.PaymentID, late.DownstreamKey = "evt_late", a.ID, payment.DownstreamKey("demo", "k-paid")
 	forged := succeededEvent("evt_forged", stuck, c)
@@ -208,7 +238,8 @@ func TestEventOutcomes(t *testing.T) {
 		{"key does not match the payment", forged, payment.EventIgnored},
 		{"late failure after success never downgrades", late, payment.EventIgnored},
 		{"success agreeing with the record", succeededEvent("evt_agree", a, payment.Charge{ID: a.ChargeID, Amount: a.Amount, Currency: a.Currency}), payment.EventProcessed},
-		{"decline settles a stuck attempt", declined, payment.EventProcessed},
+		{"a decline the provider confirms (no charge) settles a stuck attempt", declined, payment.EventProcessed},
+		{"a decline of what the provider charged settles it as charged", declinedButCharged, payment.EventProcessed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := f.inbox.Deliver(ctx, tc.ev)
@@ -220,9 +251,12 @@ func TestEventOutcomes(t *testing.T) {
 	if got, _ := f.DB.Attempt(ctx, "demo", "k-paid"); got.Status != payment.Succeeded || string(got.ResponseBody) != string(paid.Body) {
 		t.Errorf("paid attempt changed: %s", got.Status)
 	}
-	got, _ := f.DB.Attempt(ctx, "demo", "k-stuck")
+	got, _ := f.DB.Attempt(ctx, "demo", "k-uncharged")
 	if got.Status != payment.Failed || got.ResponseStatus != 402 || got.FailureCode != "card_declined" {
 		t.Errorf("declined attempt = %s %d %q, want failed 402 card_declined", got.Status, got.ResponseStatus, got.FailureCode)
+	}
+	if got, _ := f.DB.Attempt(ctx, "demo", "k-stuck"); got.Status != payment.Succeeded || got.ChargeID != c.ID {
+		t.Errorf("the charged attempt a decline was about = %s %q, want succeeded with the provider's %s", got.Status, got.ChargeID, c.ID)
 	}
 }
 

@@ -59,6 +59,7 @@ func (f *fixture) abandon(t *testing.T, key string, charged bool) *payment.Attem
 	req := payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}
 	now := f.clock.Now()
 	a := payment.NewAttempt("demo", key, req, now, f.Service.Lease)
+	a.Provider = f.Service.ProviderName
 	if ok, err := f.DB.Claim(context.Background(), &a); !ok || err != nil {
 		t.Fatalf("Claim = %v, %v", ok, err)
 	}

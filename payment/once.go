@@ -63,6 +63,7 @@ func (s *Service) once(ctx context.Context, a Attempt, attempt func() Attempt) (
 // who owns a new key: the loser is a duplicate after all. (Its own function
 // so that only a claim puts a on the heap, not every replay.)
 func (s *Service) claim(ctx context.Context, a Attempt) (Result, error) {
+	a.Provider = s.ProviderName
 	claimed, err := s.Store.Claim(ctx, &a)
 	if err != nil {
 		return Result{}, err
@@ -199,34 +200,54 @@ func (s *Service) settled(ctx context.Context, a Attempt) (Result, error) {
 }
 
 // settle is reconcile's takeover of a stale attempt: it asks the provider
-// and records what it says. It returns the status it left: "" if it could
-// not take a over, InProgress if the provider could not say.
+// and records what it says; a provider with nothing under a's key never
+// moved its money, and the attempt is recorded as not completed. It
+// returns the status it left: "" if it could not take a over, InProgress
+// if the provider could not say.
 func (s *Service) settle(ctx context.Context, a Attempt) (Status, error) {
+	o, lookupErr, err := s.confirm(ctx, a, func(a Attempt) (Outcome, bool) { return s.operation(a.Kind).notCompleted(a), true })
+	switch {
+	case err != nil:
+		return "", err
+	case lookupErr != nil:
+		s.Log.Warn("reconcile: provider lookup failed; left for the next run", "kind", a.Kind, "id", a.ID, "err", lookupErr)
+	case o.Status != "":
+		s.Log.Info("reconcile: settled", "kind", a.Kind, "id", a.ID, "status", o.Status, "provider_id", o.ChargeID)
+	}
+	return o.Status, nil
+}
+
+// confirm takes a over, asks the provider by a's downstream key what became
+// of it, and records the provider's answer: the one way reconcile and a
+// provider's event settle an attempt. absent says what the provider holding
+// nothing under the key means: an outcome to record, or false to record
+// nothing. confirm returns what it recorded: status "" if a request or
+// reconcile took a over or recorded first; InProgress if it recorded
+// nothing (the lookup failed, lookupErr, or absent declined), a's lease
+// then released with a as stale as it was.
+func (s *Service) confirm(ctx context.Context, a Attempt, absent func(Attempt) (Outcome, bool)) (o Outcome, lookupErr, err error) {
 	now := s.Now()
 	fence, ok, err := s.Store.TakeOver(ctx, a.Scope, a.Key, a.Fence, now, now.Add(s.Lease))
 	if err != nil || !ok {
-		return "", err
+		return Outcome{}, nil, err
 	}
 	a.Fence = fence
-	op := s.operation(a.Kind)
 	pctx, cancel := context.WithTimeout(ctx, s.ProviderTimeout)
-	o, found, err := op.find(pctx, a)
+	o, found, lookupErr := s.operation(a.Kind).find(pctx, a)
 	cancel()
-	if err != nil {
-		s.Log.Warn("reconcile: provider lookup failed; left for the next run", "kind", a.Kind, "id", a.ID, "err", err)
-		// Reconcile moved no money: the attempt keeps its old update time, so
-		// it is as stale as before and the next run tries again.
-		return InProgress, s.Store.Release(ctx, a.Scope, a.Key, a.Fence, a.UpdatedAt)
+	if lookupErr == nil && !found {
+		o, found = absent(a)
 	}
 	if !found {
-		o = op.notCompleted(a)
+		// No money moved here: the attempt keeps its old update time, so it
+		// is as stale as before and reconcile's next run asks again.
+		return Outcome{Status: InProgress}, lookupErr, s.Store.Release(ctx, a.Scope, a.Key, a.Fence, a.UpdatedAt)
 	}
 	ok, err = s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, o, s.Now())
 	if err != nil || !ok {
-		return "", err
+		return Outcome{}, nil, err
 	}
-	s.Log.Info("reconcile: settled", "kind", a.Kind, "id", a.ID, "status", o.Status, "provider_id", o.ChargeID)
-	return o.Status, nil
+	return o, nil, nil
 }
 
 // observe tells ObserveProviderCall of one call: op is "charge", "lookup",

@@ -56,8 +56,13 @@ type Attempt struct {
 	ResponseBody   []byte    // the exact bytes replayed
 	ChargeID       string
 	FailureCode    string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	// Provider names the provider the attempt's money moves through, as
+	// the database is bound to it (Service.ProviderName), set at the claim:
+	// a provider's event settles only the attempts made through it. ""
+	// when not known (a row older than the binding).
+	Provider  string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // NewAttempt returns the attempt a new payment request claims under (scope,

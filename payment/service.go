@@ -24,8 +24,11 @@ type Result struct {
 type Service struct {
 	Store    Store
 	Provider Provider
-	Log      *slog.Logger
-	Now      func() time.Time
+	// ProviderName names Provider as the database is bound to it
+	// (BindProvider): every attempt records it at its claim.
+	ProviderName string
+	Log          *slog.Logger
+	Now          func() time.Time
 	// ProviderTimeout bounds one provider call; past it the outcome is unknown.
 	ProviderTimeout time.Duration
 	// Lease is how long an owner holds a claim before a retry may take it

@@ -13,7 +13,7 @@ import (
 // listedColumns are attemptColumns of a joined with its merchant's name.
 const listedColumns = `a.scope, a.idempotency_key, a.id, a.request_hash, a.request, a.amount, a.currency,
 	a.status, a.fence, a.lease_expires_at, a.response_status, a.response_body, a.charge_id,
-	a.failure_code, a.created_at, a.updated_at, a.kind, a.payment_id, a.details, coalesce(m.name, a.scope)`
+	a.failure_code, a.created_at, a.updated_at, a.kind, a.payment_id, a.details, a.provider, coalesce(m.name, a.scope)`
 
 // ListAttempts returns attempts of every merchant, newest first.
 func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]payment.ListedAttempt, error) {

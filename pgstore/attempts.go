@@ -16,16 +16,16 @@ import (
 // claimSQL inserts an attempt unless its (scope, idempotency_key) exists.
 const claimSQL = `INSERT INTO payment_attempts
 	(scope, idempotency_key, id, request_hash, request, amount, currency,
-	 status, fence, lease_expires_at, created_at, updated_at, kind, payment_id, details)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+	 status, fence, lease_expires_at, created_at, updated_at, kind, payment_id, details, provider)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 	ON CONFLICT (scope, idempotency_key) DO NOTHING`
 
 // claimPaymentSQL is a payment's claim and its payment row in one statement
-// ($16 is the key's SHA-256): no payment row unless the attempt went in.
+// ($17 is the key's SHA-256): no payment row unless the attempt went in.
 const claimPaymentSQL = `WITH a AS (` + claimSQL + `
 	RETURNING id, scope, amount, currency, status, details, created_at, updated_at)
 	INSERT INTO payments (id, scope, key_hash, amount, currency, status, details, created_at, updated_at)
-	SELECT id, scope, $16, amount, currency, status, details, created_at, updated_at FROM a`
+	SELECT id, scope, $17, amount, currency, status, details, created_at, updated_at FROM a`
 
 // expiredKeySQL finds the payment or refund a purged key's record left.
 const expiredKeySQL = `SELECT kind, id, payment_id FROM expired_keys WHERE scope = $1 AND key_hash = $2`
@@ -45,7 +45,7 @@ func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err 
 	c := *a // what the claim reserved; a is set to it only once committed
 	args := []any{c.Scope, c.Key, c.ID, c.RequestHash, c.Request, c.Amount, c.Currency,
 		string(c.Status), c.Fence, msOrNull(c.LeaseExpiresAt), ms(c.CreatedAt), ms(c.UpdatedAt),
-		string(c.Kind), nullString(c.PaymentID), c.Details}
+		string(c.Kind), nullString(c.PaymentID), c.Details, nullString(c.Provider)}
 	if c.Kind == payment.KindRefund {
 		err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 			tag, err := tx.Exec(ctx, claimSQL, args...)
@@ -199,7 +199,7 @@ func (db *DB) Release(ctx context.Context, scope, key string, fence int64, now t
 
 const attemptColumns = `scope, idempotency_key, id, request_hash, request, amount, currency,
 	status, fence, lease_expires_at, response_status, response_body, charge_id,
-	failure_code, created_at, updated_at, kind, payment_id, details`
+	failure_code, created_at, updated_at, kind, payment_id, details, provider`
 
 // Attempt returns the attempt for (scope, key).
 func (db *DB) Attempt(ctx context.Context, scope, key string) (*payment.Attempt, error) {
@@ -285,11 +285,11 @@ func scanAttemptAnd(row pgx.Row, extra ...any) (*payment.Attempt, error) {
 		created, updated  int64
 		chargeID, failure *string
 		kind              string
-		paymentID         *string
+		paymentID, prov   *string
 	)
 	dest := []any{&a.Scope, &a.Key, &a.ID, &a.RequestHash, &a.Request, &a.Amount, &a.Currency,
 		&status, &a.Fence, &lease, &respStatus, &a.ResponseBody, &chargeID,
-		&failure, &created, &updated, &kind, &paymentID, &a.Details}
+		&failure, &created, &updated, &kind, &paymentID, &a.Details, &prov}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}
@@ -299,7 +299,7 @@ func scanAttemptAnd(row pgx.Row, extra ...any) (*payment.Attempt, error) {
 		a.ResponseStatus = int(*respStatus)
 	}
 	a.ChargeID, a.FailureCode = deref(chargeID), deref(failure)
-	a.Kind, a.PaymentID = payment.Kind(kind), deref(paymentID)
+	a.Kind, a.PaymentID, a.Provider = payment.Kind(kind), deref(paymentID), deref(prov)
 	a.CreatedAt, a.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
 	return &a, nil
 }

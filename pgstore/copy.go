@@ -58,7 +58,7 @@ func (db *DB) Import(ctx context.Context, s *payment.Snapshot) error {
 		}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"payment_attempts"}, []string{"scope", "idempotency_key", "id", "request_hash", "request",
 			"amount", "currency", "status", "fence", "lease_expires_at", "response_status", "response_body", "charge_id",
-			"failure_code", "created_at", "updated_at", "kind", "payment_id", "details"},
+			"failure_code", "created_at", "updated_at", "kind", "payment_id", "details", "provider"},
 			pgx.CopyFromSlice(len(s.Attempts), func(i int) ([]any, error) {
 				a := s.Attempts[i]
 				var respStatus *int32
@@ -68,7 +68,8 @@ func (db *DB) Import(ctx context.Context, s *payment.Snapshot) error {
 				}
 				return []any{a.Scope, a.Key, a.ID, a.RequestHash, a.Request, a.Amount, a.Currency,
 					string(a.Status), a.Fence, msOrNull(a.LeaseExpiresAt), respStatus, a.ResponseBody, nullString(a.ChargeID),
-					nullString(a.FailureCode), ms(a.CreatedAt), ms(a.UpdatedAt), string(a.Kind), nullString(a.PaymentID), a.Details}, nil
+					nullString(a.FailureCode), ms(a.CreatedAt), ms(a.UpdatedAt), string(a.Kind), nullString(a.PaymentID), a.Details,
+					nullString(a.Provider)}, nil
 			})); err != nil {
 			return err
 		}

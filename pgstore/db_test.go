@@ -193,6 +193,37 @@ func TestErrorsMapToUnavailable(t *testing.T) {
 	}
 }
 
+// A database made before attempts recorded their provider gives each the
+// provider it is bound to, once: a later start changes nothing.
+func TestMigrateAttemptsProvider(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	db := mustOpenURL(t, url, Options{})
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	if err := db.BindProvider(ctx, "http://bank:1"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := db.Claim(ctx, storetest.NewAttempt("in-flight", t0, time.Minute)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if _, err := db.pool.Exec(ctx, `ALTER TABLE payment_attempts DROP COLUMN provider`); err != nil { // the layout of then
+		t.Fatal(err)
+	}
+	db = mustOpenURL(t, url, Options{})
+	if a, err := db.Attempt(ctx, "s", "in-flight"); err != nil || a.Provider != "http://bank:1" {
+		t.Errorf("after the migration = %+v, %v; want the bound provider", a, err)
+	}
+	later := storetest.NewAttempt("later", t0, time.Minute)
+	later.Provider = ""
+	if ok, err := db.Claim(ctx, later); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	db = mustOpenURL(t, url, Options{})
+	if a, err := db.Attempt(ctx, "s", "later"); err != nil || a.Provider != "" {
+		t.Errorf("an attempt claimed with no provider after the next start = %+v, %v; want none, the migration done once", a, err)
+	}
+}
+
 // A database made before expired_keys (payments and refunds told a late
 // retry by a unique (scope, key_hash)) loses those constraints at the next
 // start, and its purged keys move to expired_keys: the late retry of each

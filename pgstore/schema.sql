@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
     kind             TEXT    NOT NULL DEFAULT 'payment' CHECK (kind IN ('payment', 'refund')),
     payment_id       TEXT COLLATE "C",  -- a refund's payment
     details          BYTEA,             -- what the payment or refund keeps (JSON)
+    provider         TEXT,              -- the provider the money moves through, as settings binds it; NULL if not known
     PRIMARY KEY (scope, idempotency_key)
 );
 
@@ -184,6 +185,19 @@ CREATE TABLE IF NOT EXISTS settings (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+
+-- A database made before attempts recorded their provider: they were made
+-- through the provider the database is bound to (the binding does not move
+-- while any is in progress). Once: the block does nothing when the column
+-- is there.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                   WHERE table_schema = current_schema() AND table_name = 'payment_attempts' AND column_name = 'provider') THEN
+        ALTER TABLE payment_attempts ADD COLUMN provider TEXT;
+        UPDATE payment_attempts SET provider = (SELECT value FROM settings WHERE name = 'provider');
+    END IF;
+END $$;
 
 -- The inbox of provider events (webhooks), one row per (provider, event id):
 -- the INSERT ... ON CONFLICT DO NOTHING of this primary key is the dedupe

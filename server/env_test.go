@@ -17,6 +17,7 @@ import (
 	"github.com/oncepay/oncepay/metrics"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/sim"
+	"github.com/oncepay/oncepay/provider/stripe"
 	"github.com/oncepay/oncepay/server"
 	"github.com/oncepay/oncepay/sqlitestore"
 	"github.com/oncepay/oncepay/workshop"
@@ -46,6 +47,10 @@ type envOptions struct {
 	log        io.Writer // where the JSON logs go; discarded if nil
 	workshop   bool      // serve the demo mode's workshop page
 	postgres   bool      // keep the attempts in PostgreSQL (a database of the test's own), not SQLite
+	// stripeWebhooks opens Stripe's webhook endpoint too, with its own
+	// secret, while payments still go to the simulated provider: both
+	// secrets set.
+	stripeWebhooks bool
 }
 
 // stores are the stores a test of store behaviour runs against, by name.
@@ -67,12 +72,17 @@ func newEnv(t testing.TB, o envOptions) *env {
 	oe.Reconciler.Observe = m.Reconciled
 	cfg := server.Config{Payments: oe.Service, Sim: oe.Sim.Handler(), Log: oe.Log, Metrics: m.Handler(), CountRequest: m.Request,
 		Admin: server.Admin{Store: oe.DB, Reconciler: oe.Reconciler, Queue: oe.DB, Forwarder: oe.Forwarder, Token: o.adminToken, Open: !o.auth}}
-	inbox := payment.NewInbox(oe.DB, oe.DB, oe.Log, oe.Service.Now, oe.Service.Lease)
-	inbox.Observe = m.WebhookEvent
+	inbox := payment.NewInbox(oe.DB, oe.Service, "sim", oe.Service.Lease)
+	inbox.Observe, inbox.Refused = m.WebhookEvent, m.WebhookRefused
 	cfg.Inbox, cfg.CountWebhook = inbox, m.WebhookEvent
 	cfg.Webhooks = map[string]server.WebhookVerifier{"sim": func(h http.Header, body []byte) (payment.Event, error) {
 		return sim.VerifyWebhook(simWebhookSecret, h, body, time.Now())
 	}}
+	if o.stripeWebhooks {
+		cfg.Webhooks["stripe"] = func(h http.Header, body []byte) (payment.Event, error) {
+			return stripe.VerifyWebhook(stripeWebhookSecret, h.Get("Stripe-Signature"), body)
+		}
+	}
 	if o.auth {
 		cfg.Keys = oe.DB
 	}
@@ -167,6 +177,9 @@ func (e *env) apiKey(name string) (scope, secret string) {
 
 // simWebhookSecret signs the simulated provider's events in these tests.
 const simWebhookSecret = "whsec_c2VydmVyLXRlc3Qtc2VjcmV0LTAwMDA="
+
+// stripeWebhookSecret signs Stripe's events in these tests.
+const stripeWebhookSecret = "whsec_server_test_stripe_secret"
 
 const visa = `{"amount":1000,"currency":"EUR","source":"tok_visa"}`
 

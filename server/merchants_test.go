@@ -107,6 +107,11 @@ func TestMigrateDatabaseMadeBeforeMerchants(t *testing.T) {
 		t.Errorf("the revoked key after the migration = %d, want 401", r.Status)
 	}
 
+	// Every attempt was made through the provider the file is bound to.
+	if a, err := e.DB.Attempt(context.Background(), "key_pfgr6wgogneg6rex", "order-2"); err != nil || a.Provider != "sim" {
+		t.Errorf("the attempt in progress after the migration = %+v, %v; want made through the bound provider, sim", a, err)
+	}
+
 	// Shop B's order-2 was claimed, then its server was killed: the retry
 	// takes it over and charges under the downstream key of the old scope.
 	r := e.pay("order-2", `{"amount":700,"currency":"USD","source":"tok_visa"}`, "Authorization", "Bearer "+shopB)

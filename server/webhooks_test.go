@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stripe/stripe-go/v85/webhook"
+
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/sim"
 )
@@ -49,6 +51,50 @@ func (e *env) stuck(key string) (*payment.Attempt, payment.Charge) {
 		e.t.Fatalf("ledger has %d charges under the key, want 1", len(charges))
 	}
 	return a, charges[0]
+}
+
+// stripeIntentEvent is Stripe's event id of type typ about a PaymentIntent
+// naming a's payment and downstream key, as a Stripe-signed delivery
+// carries it: one that failed, or one that succeeded as charge ch.
+func stripeIntentEvent(id, typ string, a *payment.Attempt, ch string) []byte {
+	intent := fmt.Sprintf(`{"id":%q,"object":"payment_intent","amount":%d,"currency":%q,"status":"succeeded","created":1700000000,
+		"metadata":{"oncepay_key":%q,"oncepay_payment":%q}}`, ch, a.Amount, strings.ToLower(a.Currency), payment.DownstreamKey(a.Scope, a.Key), a.ID)
+	if typ == "payment_intent.payment_failed" {
+		intent = fmt.Sprintf(`{"id":"pi_declined","object":"payment_intent","amount":%d,"currency":%q,"status":"requires_payment_method","created":1700000000,
+		"metadata":{"oncepay_key":%q,"oncepay_payment":%q},
+		"last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"insufficient_funds","message":"Your card has insufficient funds."}}`,
+			a.Amount, strings.ToLower(a.Currency), payment.DownstreamKey(a.Scope, a.Key), a.ID)
+	}
+	return fmt.Appendf(nil, `{"id":%q,"object":"event","api_version":"2024-06-20","created":1700000000,"livemode":false,
+		"pending_webhooks":1,"type":%q,"data":{"object":%s}}`, id, typ, intent)
+}
+
+// stripeWebhook posts body to /v1/webhooks/stripe signed with Stripe's
+// secret, now.
+func (e *env) stripeWebhook(body []byte) response {
+	e.t.Helper()
+	sig := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: stripeWebhookSecret, Timestamp: time.Now()}).Header
+	return e.do("POST", "/v1/webhooks/stripe", body, "Stripe-Signature", sig, "Content-Type", "application/json")
+}
+
+// uncharged pays under key with the call failing before the provider
+// charged: in progress, lease released, nothing in the ledger.
+func (e *env) uncharged(key string) *payment.Attempt {
+	e.t.Helper()
+	e.Sim.SetFaults(sim.Faults{FailBeforeCharge: 1})
+	r := e.pay(key, visa)
+	e.Sim.SetFaults(sim.Faults{})
+	if r.Status != 503 {
+		e.t.Fatalf("pay = %d %s, want 503", r.Status, r.Body)
+	}
+	a, err := e.DB.Attempt(context.Background(), "demo", key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if n := len(e.ledger()[payment.DownstreamKey("demo", key)]); n != 0 {
+		e.t.Fatalf("ledger has %d charges under the key, want none", n)
+	}
+	return a
 }
 
 func (e *env) events() []payment.InboxEvent {
@@ -148,6 +194,220 @@ func TestWebhookSettlesStuckPayment(t *testing.T) {
 	}
 	if n := len(e.ledger()[payment.DownstreamKey("demo", "k-stuck")]); n != 1 {
 		t.Errorf("ledger holds %d charges, want 1", n)
+	}
+}
+
+// A provider's signature moves only the payments made through it. With
+// both webhook secrets set, Stripe-signed events about a payment made
+// through the simulated provider, one saying it was declined and one that
+// it succeeded, are refused: ignored (final, so Stripe stops), the reason
+// on the inbox page, counted. The payment waits for its own provider,
+// whose event then settles it. On each store.
+func TestWebhookFromAnotherProviderRefused(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			webhookFromAnotherProvider(t, envOptions{stripeWebhooks: true, postgres: st.postgres})
+		})
+	}
+}
+
+func webhookFromAnotherProvider(t *testing.T, o envOptions) {
+	e := newEnv(t, o)
+	a, c := e.stuck("k-cross")
+	for _, tc := range []struct{ id, typ string }{
+		{"evt_cross_declined", "payment_intent.payment_failed"},
+		{"evt_cross_succeeded", "payment_intent.succeeded"},
+	} {
+		r := e.stripeWebhook(stripeIntentEvent(tc.id, tc.typ, a, "pi_elsewhere"))
+		if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"ignored"`) {
+			t.Errorf("Stripe's %s about the simulated provider's payment = %d %s, want 200 ignored", tc.typ, r.Status, r.Body)
+		}
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-cross"); got.Status != payment.InProgress {
+		t.Fatalf("attempt = %s %q %q, want still in progress", got.Status, got.FailureCode, got.ChargeID)
+	}
+	page := string(e.do("GET", "/admin/events?state=ignored", nil).Body)
+	if n := strings.Count(page, "not applied: the payment was made through sim, not the provider of the stripe endpoint"); n != 2 {
+		t.Errorf("the inbox page gives the reason %d times, want 2", n)
+	}
+	metrics := string(e.do("GET", "/metrics", nil).Body)
+	if want := `oncepay_webhook_events_refused_total{provider="stripe",reason="other_provider"} 2`; !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+
+	r := e.webhook("msg_own", time.Now(), simWebhookSecret, simEvent(a, c))
+	if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"processed"`) {
+		t.Fatalf("the simulated provider's own event = %d %s, want 200 processed", r.Status, r.Body)
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-cross"); got.Status != payment.Succeeded || got.ChargeID != c.ID {
+		t.Errorf("attempt = %s %q, want succeeded with %s", got.Status, got.ChargeID, c.ID)
+	}
+}
+
+// A success event is a hint, confirmed by asking the provider by the
+// payment's key. A signed charge.succeeded naming a made-up charge, about
+// a payment the provider never charged, settles nothing: the event is held
+// failed (503, so its sender tries again), with the reason on the inbox
+// page, counted; the client's retry then charges once, as if the event
+// had never come.
+func TestWebhookSuccessTheProviderDoesNotKnowIsHeld(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	a := e.uncharged("k-never-charged")
+	forged := simEvent(a, payment.Charge{ID: "ch_made_up", Amount: a.Amount, Currency: a.Currency})
+	r := e.webhook("msg_forged", time.Now(), simWebhookSecret, forged)
+	if r.Status != 503 || r.problemType() != payment.ProblemEventNotApplied {
+		t.Fatalf("webhook = %d %s, want 503 %s", r.Status, r.Body, payment.ProblemEventNotApplied)
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-never-charged"); got.Status != payment.InProgress || got.ChargeID != "" {
+		t.Fatalf("attempt = %s %q, want still in progress, no charge", got.Status, got.ChargeID)
+	}
+	if evs := e.events(); len(evs) != 1 || evs[0].State != payment.EventFailedState {
+		t.Fatalf("inbox = %+v, want the event failed", evs)
+	}
+	page := string(e.do("GET", "/admin/events?state=failed", nil).Body)
+	if !strings.Contains(page, "msg_forged") || !strings.Contains(page, "the provider has no charge under this payment&#39;s key") {
+		t.Errorf("the inbox page does not show the failed event with its reason")
+	}
+	metrics := string(e.do("GET", "/metrics", nil).Body)
+	if want := `oncepay_webhook_events_refused_total{provider="sim",reason="unconfirmed"} 1`; !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+	retry := e.pay("k-never-charged", visa)
+	charges := e.ledger()[payment.DownstreamKey("demo", "k-never-charged")]
+	if retry.Status != 201 || len(charges) != 1 || retry.payment(t).ChargeID != charges[0].ID {
+		t.Errorf("retry = %d %s with %d charges, want 201 naming the one charge", retry.Status, retry.Body, len(charges))
+	}
+}
+
+// What the provider says is recorded, not what the event claims: a
+// charge.succeeded naming a made-up charge, or a charge.failed, about a
+// payment the provider did charge settles it with the provider's charge.
+func TestWebhookRecordsWhatTheProviderSays(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, tc := range []struct {
+		key  string
+		body func(a *payment.Attempt) []byte
+	}{
+		{"k-made-up-charge", func(a *payment.Attempt) []byte {
+			return simEvent(a, payment.Charge{ID: "ch_made_up", Amount: a.Amount, Currency: a.Currency})
+		}},
+		{"k-said-declined", func(a *payment.Attempt) []byte {
+			return fmt.Appendf(nil, `{"type":"charge.failed","timestamp":"2026-01-01T00:00:00Z","data":{"idempotency_key":%q,"payment_id":%q,"amount":%d,"currency":%q,"failure_code":"card_declined","failure_message":"Declined."}}`,
+				payment.DownstreamKey(a.Scope, a.Key), a.ID, a.Amount, a.Currency)
+		}},
+	} {
+		a, c := e.stuck(tc.key)
+		r := e.webhook("msg_"+tc.key, time.Now(), simWebhookSecret, tc.body(a))
+		if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"processed"`) {
+			t.Errorf("%s: webhook = %d %s, want 200 processed", tc.key, r.Status, r.Body)
+		}
+		retry := e.pay(tc.key, visa)
+		if retry.Status != 201 || retry.Header.Get("Idempotent-Replayed") != "true" || retry.payment(t).ChargeID != c.ID {
+			t.Errorf("%s: retry = %d %s, want a 201 replay of the provider's charge %s", tc.key, retry.Status, retry.Body, c.ID)
+		}
+	}
+}
+
+// A success event whose charge is for another amount or currency than the
+// payment never settles it as succeeded, though the provider did charge the
+// payment: the event is not about that charge. Ignored, with the reason,
+// counted; the client's retry then gets the provider's charge.
+func TestWebhookChargeForAnotherAmountNeverSettles(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	a, c := e.stuck("k-other-amount")
+	for _, tc := range []struct {
+		id     string
+		charge payment.Charge
+	}{
+		{"msg_other_amount", payment.Charge{ID: c.ID, Amount: a.Amount + 1, Currency: a.Currency}},
+		{"msg_other_currency", payment.Charge{ID: c.ID, Amount: a.Amount, Currency: "USD"}},
+	} {
+		r := e.webhook(tc.id, time.Now(), simWebhookSecret, simEvent(a, tc.charge))
+		if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"ignored"`) {
+			t.Errorf("%s: webhook = %d %s, want 200 ignored", tc.id, r.Status, r.Body)
+		}
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-other-amount"); got.Status != payment.InProgress {
+		t.Fatalf("attempt = %s %q, want still in progress", got.Status, got.ChargeID)
+	}
+	if page := string(e.do("GET", "/admin/events", nil).Body); !strings.Contains(page, "not applied: the event&#39;s charge is 1001 EUR, the payment 1000 EUR") ||
+		!strings.Contains(page, "not applied: the event&#39;s charge is 1000 USD, the payment 1000 EUR") {
+		t.Errorf("the inbox page does not give the reasons")
+	}
+	metrics := string(e.do("GET", "/metrics", nil).Body)
+	if want := `oncepay_webhook_events_refused_total{provider="sim",reason="mismatch"} 2`; !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+	if retry := e.pay("k-other-amount", visa); retry.Status != 201 || retry.payment(t).ChargeID != c.ID {
+		t.Errorf("retry = %d %s, want 201 with the provider's charge %s", retry.Status, retry.Body, c.ID)
+	}
+}
+
+// A success event naming another charge than the one a succeeded payment
+// recorded says money may have moved twice: it changes nothing the client
+// holds, and is not marked processed in silence but flagged for an
+// operator: the reason on the inbox page, an error in the log, a count.
+func TestWebhookSecondChargeFlagged(t *testing.T) {
+	logs := &syncBuffer{}
+	e := newEnv(t, envOptions{log: logs})
+	paid := e.pay("k-paid-once", visa)
+	if paid.Status != 201 {
+		t.Fatalf("pay = %d %s", paid.Status, paid.Body)
+	}
+	a, err := e.DB.Attempt(context.Background(), "demo", "k-paid-once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.webhook("msg_second", time.Now(), simWebhookSecret, simEvent(a, payment.Charge{ID: "ch_second", Amount: a.Amount, Currency: a.Currency}))
+	if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"ignored"`) {
+		t.Fatalf("webhook = %d %s, want 200 ignored", r.Status, r.Body)
+	}
+	want := "flagged for an operator: the payment succeeded as charge " + a.ChargeID + ", and this event says charge ch_second succeeded: money may have moved twice"
+	if evs := e.events(); len(evs) != 1 || evs[0].Result != want {
+		t.Errorf("inbox = %+v, want the event ignored with %q", evs, want)
+	}
+	if page := string(e.do("GET", "/admin/events", nil).Body); !strings.Contains(page, want) {
+		t.Errorf("the inbox page does not flag the event")
+	}
+	if !strings.Contains(logs.String(), `"level":"ERROR","msg":"event disagrees with a final attempt; not applied"`) {
+		t.Errorf("the second charge was not logged as an error")
+	}
+	metrics := string(e.do("GET", "/metrics", nil).Body)
+	if want := `oncepay_webhook_events_refused_total{provider="sim",reason="conflict"} 1`; !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-paid-once"); got.Status != payment.Succeeded || got.ChargeID != a.ChargeID ||
+		string(got.ResponseBody) != string(paid.Body) {
+		t.Errorf("attempt = %s %q, want unchanged", got.Status, got.ChargeID)
+	}
+}
+
+// A lookup that fails leaves the event to be tried again, and the payment
+// as it was: released, as stale as before. Once the provider answers, the
+// sender's next delivery settles it.
+func TestWebhookLookupErrorLeavesEventToRetry(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	a, c := e.stuck("k-lookup-fails")
+	e.Sim.SetFaults(sim.Faults{FailLookup: 1})
+	r := e.webhook("msg_lookup", time.Now(), simWebhookSecret, simEvent(a, c))
+	e.Sim.SetFaults(sim.Faults{})
+	if r.Status != 503 || r.problemType() != payment.ProblemEventNotApplied {
+		t.Fatalf("webhook while lookups fail = %d %s, want 503 %s", r.Status, r.Body, payment.ProblemEventNotApplied)
+	}
+	got, _ := e.DB.Attempt(context.Background(), "demo", "k-lookup-fails")
+	if got.Status != payment.InProgress || got.LeaseLive(time.Now()) || !got.UpdatedAt.Equal(a.UpdatedAt) {
+		t.Fatalf("attempt = %s, lease live %v, updated %v; want in progress, released, updated %v as before",
+			got.Status, got.LeaseLive(time.Now()), got.UpdatedAt, a.UpdatedAt)
+	}
+	if evs := e.events(); len(evs) != 1 || evs[0].State != payment.EventFailedState || !strings.Contains(evs[0].LastError, "could not confirm") {
+		t.Fatalf("inbox = %+v, want the event failed, its cause given", evs)
+	}
+	r = e.webhook("msg_lookup", time.Now(), simWebhookSecret, simEvent(a, c))
+	if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"processed"`) {
+		t.Fatalf("redelivery = %d %s, want 200 processed", r.Status, r.Body)
+	}
+	if got, _ := e.DB.Attempt(context.Background(), "demo", "k-lookup-fails"); got.Status != payment.Succeeded || got.ChargeID != c.ID {
+		t.Errorf("attempt = %s %q, want succeeded with %s", got.Status, got.ChargeID, c.ID)
 	}
 }
 

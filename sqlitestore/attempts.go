@@ -24,7 +24,7 @@ func (db *DB) Claim(ctx context.Context, a *payment.Attempt) (claimed bool, err 
 		res, err := tx.StmtContext(ctx, db.stmt.claim).ExecContext(ctx,
 			c.Scope, c.Key, c.ID, c.RequestHash, c.Request, c.Amount, c.Currency,
 			c.Status, c.Fence, ms(c.LeaseExpiresAt), ms(c.CreatedAt), ms(c.UpdatedAt),
-			c.Kind, nullString(c.PaymentID), c.Details, payment.KeyHash(c.Key))
+			c.Kind, nullString(c.PaymentID), c.Details, payment.KeyHash(c.Key), nullString(c.Provider))
 		if err != nil {
 			return err
 		}
@@ -104,7 +104,7 @@ func (db *DB) Release(ctx context.Context, scope, key string, fence int64, now t
 
 const attemptColumns = `scope, idempotency_key, id, request_hash, request, amount, currency,
 	status, fence, lease_expires_at, response_status, response_body, charge_id,
-	failure_code, created_at, updated_at, kind, payment_id, details`
+	failure_code, created_at, updated_at, kind, payment_id, details, provider`
 
 // Attempt returns the attempt for (scope, key). It reads from the read pool:
 // a replay never waits for the writer.
@@ -186,17 +186,17 @@ func scanAttempt(row scanner) (*payment.Attempt, error) {
 		lease, respStatus sql.NullInt64
 		created, updated  int64
 		chargeID, failure sql.NullString
-		paymentID         sql.NullString
+		paymentID, prov   sql.NullString
 	)
 	err := row.Scan(&a.Scope, &a.Key, &a.ID, &a.RequestHash, &a.Request, &a.Amount, &a.Currency,
 		&a.Status, &a.Fence, &lease, &respStatus, &a.ResponseBody, &chargeID,
-		&failure, &created, &updated, &a.Kind, &paymentID, &a.Details)
+		&failure, &created, &updated, &a.Kind, &paymentID, &a.Details, &prov)
 	if err != nil {
 		return nil, err
 	}
 	a.LeaseExpiresAt = fromMS(lease)
 	a.ResponseStatus = int(respStatus.Int64)
-	a.ChargeID, a.FailureCode, a.PaymentID = chargeID.String, failure.String, paymentID.String
+	a.ChargeID, a.FailureCode, a.PaymentID, a.Provider = chargeID.String, failure.String, paymentID.String, prov.String
 	a.CreatedAt, a.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
 	return &a, nil
 }

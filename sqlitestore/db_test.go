@@ -447,6 +447,39 @@ func TestMigratePaymentsFromAttempts(t *testing.T) {
 	}
 }
 
+// A database made before attempts recorded their provider gives each the
+// provider it is bound to; a file never bound leaves them unknown.
+func TestMigrateAttemptsProvider(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		bound, want string
+	}{{"http://bank:1", "http://bank:1"}, {"", ""}} {
+		path := filepath.Join(t.TempDir(), "oncepay.db")
+		db := mustOpenPath(t, path, Options{})
+		if tc.bound != "" {
+			if err := db.BindProvider(ctx, tc.bound); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, k := range []string{"paid", "in-flight"} {
+			if ok, err := db.Claim(ctx, newAttempt(k, t0, time.Minute)); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+		}
+		db.Record(ctx, payment.KindPayment, "s", "paid", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}"), ChargeID: "ch_1"}, t0)
+		if _, err := db.w.Exec(`ALTER TABLE payment_attempts DROP COLUMN provider`); err != nil { // the layout of then
+			t.Fatal(err)
+		}
+		db.Close()
+		db = mustOpenPath(t, path, Options{})
+		for _, k := range []string{"paid", "in-flight"} {
+			if a, err := db.Attempt(ctx, "s", k); err != nil || a.Provider != tc.want {
+				t.Errorf("bound to %q: %s after the migration = %+v, %v; want provider %q", tc.bound, k, a, err, tc.want)
+			}
+		}
+	}
+}
+
 // The file an oncepay with a unique (scope, key_hash) on payments and
 // refunds made (../server/testdata/made-by-ea45566: a payment and a refund
 // of it whose keys were purged, a live payment) opens without those

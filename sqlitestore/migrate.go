@@ -38,7 +38,7 @@ DROP TABLE api_keys_v0;`
 // as it is; each step runs in one transaction, so a crash leaves the
 // database as it was before or after the step, never between.
 func migrate(ctx context.Context, w *sql.DB, schema string) error {
-	for _, step := range []func(ctx context.Context, tx *sql.Tx, schema string) error{migrateMerchants, migratePayments, migrateExpiredKeys, migrateOfflineStatuses} {
+	for _, step := range []func(ctx context.Context, tx *sql.Tx, schema string) error{migrateMerchants, migratePayments, migrateExpiredKeys, migrateAttemptProvider, migrateOfflineStatuses} {
 		if err := inTx(ctx, w, schema, step); err != nil {
 			return err
 		}
@@ -207,6 +207,33 @@ func migrateOfflineStatuses(ctx context.Context, tx *sql.Tx, _ string) error {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("migrate statuses for offline payments: %w", err)
 		}
+	}
+	return nil
+}
+
+// migrateAttemptProvider gives the attempts of a database made before they
+// recorded their provider the provider the database is bound to: the one
+// its attempts in progress were made through, since the binding refuses to
+// move while any is (BindProvider). A file never bound keeps NULL, and no
+// provider's event settles its attempts; reconcile and retries still do.
+func migrateAttemptProvider(ctx context.Context, tx *sql.Tx, _ string) error {
+	var attempts, column, settings int
+	err := tx.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'payment_attempts'),
+		(SELECT count(*) FROM pragma_table_info('payment_attempts') WHERE name = 'provider'),
+		(SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'settings')`).Scan(&attempts, &column, &settings)
+	if err != nil || attempts == 0 || column == 1 {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `ALTER TABLE payment_attempts ADD COLUMN provider TEXT`); err != nil {
+		return fmt.Errorf("migrate attempts' provider: %w", err)
+	}
+	if settings == 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE payment_attempts
+		SET provider = (SELECT value FROM settings WHERE name = 'provider')`); err != nil {
+		return fmt.Errorf("migrate attempts' provider: %w", err)
 	}
 	return nil
 }

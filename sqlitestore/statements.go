@@ -15,8 +15,8 @@ const (
 	// key's SHA-256).
 	claimSQL = `INSERT OR IGNORE INTO payment_attempts
 		(scope, idempotency_key, id, request_hash, request, amount, currency,
-		 status, fence, lease_expires_at, created_at, updated_at, kind, payment_id, details)
-		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15
+		 status, fence, lease_expires_at, created_at, updated_at, kind, payment_id, details, provider)
+		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?17
 		WHERE NOT EXISTS (SELECT 1 FROM expired_keys WHERE scope = ?1 AND key_hash = ?16)`
 
 	// takeOverSQL moves an abandoned attempt to a new owner: of two racing

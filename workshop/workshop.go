@@ -132,6 +132,7 @@ func (h *Handler) handleNaivePay(w http.ResponseWriter, r *http.Request) {
 	}
 	now := h.Service.Now()
 	a := payment.NewAttempt(naiveScope, key, req, now, 0)
+	a.Provider = h.Service.ProviderName
 	o := payment.SucceededOutcome(a, c)
 	// Then the write, whose result is ignored: a racing request may have won.
 	if _, err := h.Service.Store.Claim(ctx, &a); err == nil {
@@ -204,6 +205,7 @@ func (h *Handler) handleCrash(w http.ResponseWriter, r *http.Request) {
 	req := payment.Request{Amount: 1999, Currency: "EUR", Source: "tok_visa", Description: "Crashed checkout"}
 	then := h.Service.Now().Add(-h.Reconciler.StaleAfter - time.Minute)
 	a := payment.NewAttempt(h.Scope, in.Key, req, then, h.Service.Lease)
+	a.Provider = h.Service.ProviderName
 	claimed, err := h.Service.Store.Claim(r.Context(), &a)
 	if err != nil || !claimed {
 		writeProblem(w, payment.Problem{Type: payment.ProblemKeyReused, Title: "Key already used", Status: 409, Detail: "Use a fresh key for the crash demo."})

@@ -79,7 +79,7 @@ func Open(tb testing.TB, o Options) *Env {
 		tb.Fatal(err)
 	}
 	log := slog.New(slog.NewJSONHandler(o.Log, nil))
-	svc := &payment.Service{Store: db, Provider: s, Log: log, Now: o.Now, ProviderTimeout: 5 * time.Second, Lease: o.Lease}
+	svc := &payment.Service{Store: db, Provider: s, ProviderName: "sim", Log: log, Now: o.Now, ProviderTimeout: 5 * time.Second, Lease: o.Lease}
 	rec, err := payment.NewReconciler(payment.Reconciler{Service: svc, StaleAfter: 5 * time.Minute, Limit: 100})
 	if err != nil {
 		tb.Fatal(err)

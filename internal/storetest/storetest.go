@@ -40,11 +40,12 @@ const Races = 24
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-// NewAttempt is an attempt of scope "s" under key, claimed at now with a
-// lease of lease.
+// NewAttempt is an attempt of scope "s" under key, made through the
+// provider "sim", claimed at now with a lease of lease.
 func NewAttempt(key string, now time.Time, lease time.Duration) *payment.Attempt {
 	req := payment.Request{Amount: 1000, Currency: "EUR", Source: "tok_visa"}
 	a := payment.NewAttempt("s", key, req, now, lease)
+	a.Provider = "sim"
 	return &a
 }
 
@@ -78,6 +79,7 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"OfflineTotalRace", testOfflineTotalRace},
 		{"ForwardClaims", testForwardClaims},
 		{"PurgeKeepsQueued", testPurgeKeepsQueued},
+		{"InboxFailedEventBegunAgain", testInboxFailedEventBegunAgain},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -283,8 +285,11 @@ func testAttemptRoundTrip(t *testing.T, h Harness) {
 	if got.ID != a.ID || string(got.RequestHash) != string(a.RequestHash) || string(got.Request) != string(a.Request) ||
 		got.Amount != a.Amount || got.Currency != a.Currency || got.Status != a.Status || got.Fence != 1 ||
 		!got.LeaseExpiresAt.Equal(a.LeaseExpiresAt) || !got.CreatedAt.Equal(t0) || !got.UpdatedAt.Equal(t0) ||
-		got.ResponseStatus != 0 || got.ResponseBody != nil || got.ChargeID != "" || got.FailureCode != "" {
+		got.ResponseStatus != 0 || got.ResponseBody != nil || got.ChargeID != "" || got.FailureCode != "" || got.Provider != "sim" {
 		t.Errorf("Attempt = %+v, want what was claimed: %+v", got, a)
+	}
+	if l, err := db.AttemptByPaymentID(ctx, a.ID); err != nil || l.Provider != "sim" {
+		t.Errorf("AttemptByPaymentID = %+v, %v, want the provider it was claimed through", l, err)
 	}
 	if byID, err := db.AttemptByID(ctx, "s", a.ID); err != nil || byID.Key != "k" {
 		t.Errorf("AttemptByID in its scope = %v, %v", byID, err)
