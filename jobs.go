@@ -61,8 +61,33 @@ func (l cronLogger) Error(err error, msg string, kv ...any) {
 // runReconcile is "oncepay reconcile": one pass now, for systemd timers and
 // operators.
 func runReconcile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return runProviderJob(ctx, "reconcile", args, getenv, stdout, stderr, func(a *app, cfg *config) (fmt.Stringer, error) {
+		rec, err := a.reconciler(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return rec.RunOnce(ctx)
+	})
+}
+
+// runForward is "oncepay forward": one forward pass now, for an operator
+// whose link is back, or a systemd timer.
+func runForward(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return runProviderJob(ctx, "forward", args, getenv, stdout, stderr, func(a *app, _ *config) (fmt.Stringer, error) {
+		fwd, err := a.forwarder()
+		if err != nil {
+			return nil, err
+		}
+		return fwd.RunOnce(ctx)
+	})
+}
+
+// runProviderJob runs one pass of a job that asks the provider, on the
+// store and provider its flags name, and prints what it did.
+func runProviderJob(ctx context.Context, name string, args []string, getenv func(string) string, stdout, stderr io.Writer,
+	runOnce func(*app, *config) (fmt.Stringer, error)) error {
 	cfg := config{stripeKey: getenv("STRIPE_SECRET_KEY")}
-	fs := newFlagSet("reconcile", "reconcile [flags]", stderr)
+	fs := newFlagSet(name, name+" [flags]", stderr)
 	cfg.registerStore(fs)
 	cfg.registerProvider(fs)
 	if _, err := parseFlags(fs, args, getenv); err != nil {
@@ -76,12 +101,10 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 		return err
 	}
 	defer a.Close()
-	rec, err := a.reconciler(&cfg)
-	if err != nil {
-		return err
+	res, err := runOnce(a, &cfg)
+	if res != nil {
+		fmt.Fprintln(stdout, res)
 	}
-	res, err := rec.RunOnce(ctx)
-	fmt.Fprintln(stdout, res)
 	return err
 }
 

@@ -35,9 +35,12 @@ Usage:
   oncepay serve                 the payment API for merchants (API keys required)
   oncepay reconcile             settle stale attempts once, then exit
   oncepay purge                 delete what is past its retention (keys, events) once, then exit
+  oncepay forward               send the payments queued while the provider was unreachable once, then exit
   oncepay sim-provider          the simulated provider as its own HTTP server
   oncepay merchant create NAME  make a merchant: the scope of its payments and keys
-  oncepay merchant list         list merchants
+  oncepay merchant list         list merchants, with their offline limits
+  oncepay merchant offline ID --max-amount MINOR --max-total MINOR --max-age DURATION | --disable
+                                a merchant's limits for payments taken while the provider is unreachable
   oncepay apikey create --merchant ID [--name NAME]
                                 make an API key of a merchant (its secret printed once)
   oncepay apikey create NAME    make a merchant NAME with one API key
@@ -69,6 +72,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runReconcile(ctx, args, getenv, stdout, stderr)
 	case "purge":
 		return runPurge(ctx, args, getenv, stdout, stderr)
+	case "forward":
+		return runForward(ctx, args, getenv, stdout, stderr)
 	case "sim-provider":
 		return runSimProvider(ctx, args, getenv, stderr)
 	case "merchant":

@@ -15,6 +15,7 @@
 //	// Keep intent.Key() with the checkout, so a restarted process resumes it.
 //	p, err := c.Pay(ctx, intent)
 //	switch {
+//	case err == nil && p.Status == client.StatusQueued: // accepted offline: Get it later
 //	case err == nil: // charged: p.ChargeID
 //	case client.IsDeclined(err): // final: ask for another card, then a new intent
 //	case client.IsRetryable(err): // outcome unknown: Pay the same intent again later
@@ -83,7 +84,7 @@ var defaultHTTPClient = &http.Client{Timeout: defaultTimeout}
 // Payment is a payment as oncepay reports it.
 type Payment struct {
 	ID             string            `json:"id"`
-	Status         string            `json:"status"` // "succeeded", "failed" or "in_progress"
+	Status         string            `json:"status"` // one of the Status constants
 	Amount         int64             `json:"amount"`
 	Currency       string            `json:"currency"`
 	ChargeID       string            `json:"charge_id,omitempty"`
@@ -99,6 +100,19 @@ type Payment struct {
 	// request with the same key (the server's Idempotent-Replayed header).
 	Replayed bool `json:"-"`
 }
+
+// A payment's statuses.
+const (
+	StatusSucceeded  = "succeeded"
+	StatusFailed     = "failed"
+	StatusInProgress = "in_progress" // only from Get, while the first request runs
+	// StatusQueued: the provider could not be reached and the merchant
+	// takes payments offline: accepted (202), not yet charged. The
+	// payment is forwarded when the link comes back; Get tells the outcome.
+	StatusQueued = "queued"
+	// StatusExpired: queued past the merchant's max age and never charged.
+	StatusExpired = "expired"
+)
 
 // Refund is a refund as oncepay reports it.
 type Refund struct {
@@ -124,7 +138,9 @@ type Refund struct {
 // payment-outcome-unknown and service-unavailable among them) are retried:
 // each leaves the outcome unknown, and a retry with the same key learns it
 // without charging twice. Any other answer is final: 201 returns the
-// payment, the rest an *Error. When the attempts or ctx run out first, the
+// payment, 202 the payment in StatusQueued (taken while the provider was
+// unreachable, charged later: Get it to learn the outcome, and never pay
+// the same sale with a new intent), the rest an *Error. When the attempts or ctx run out first, the
 // error satisfies IsRetryable: Pay the same intent again later.
 func (c *Client) Pay(ctx context.Context, intent *Intent) (*Payment, error) {
 	p, replayed, err := send[Payment](ctx, c, http.MethodPost, "/v1/payments", intent.key, intent.body)
@@ -155,6 +171,42 @@ func (c *Client) Refund(ctx context.Context, intent *RefundIntent) (*Refund, err
 func (c *Client) Get(ctx context.Context, id string) (*Payment, error) {
 	p, _, err := send[Payment](ctx, c, http.MethodGet, "/v1/payments/"+url.PathEscape(id), "", nil)
 	return p, err
+}
+
+// ListParams selects a page of List: newest first, StartingAfter a
+// payment id for the next, older page, EndingBefore one for the newer page;
+// Status filters ("" for all); Limit 1-100 (0: the server's 10).
+type ListParams struct {
+	Status        string
+	Limit         int
+	StartingAfter string
+	EndingBefore  string
+}
+
+// PaymentList is one page of List.
+type PaymentList struct {
+	Data    []Payment `json:"data"`
+	HasMore bool      `json:"has_more"`
+}
+
+// List returns a page of the merchant's payments, retried like Get: a till
+// reads what it still has queued with ListParams{Status: StatusQueued}.
+func (c *Client) List(ctx context.Context, p ListParams) (*PaymentList, error) {
+	q := url.Values{}
+	for name, v := range map[string]string{"status": p.Status, "starting_after": p.StartingAfter, "ending_before": p.EndingBefore} {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
+	if p.Limit > 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	path := "/v1/payments"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	l, _, err := send[PaymentList](ctx, c, http.MethodGet, path, "", nil)
+	return l, err
 }
 
 // send sends the request until a final answer and decodes a success into a

@@ -68,9 +68,10 @@ func (l *link) clear(t *testing.T) { l.proxy.Toxics.ResetToxics(t.Context()) }
 // that opens after 3 failures and probes every 200 ms, and the forwarder
 // every second. A provider call may take a second: on a loaded machine a
 // shorter timeout would trip the breaker while the link is up.
-func offlineServe(t *testing.T, db string, l *link, env []string) *child {
+func offlineServe(t *testing.T, db string, l *link, env []string, extra ...string) *child {
 	t.Helper()
-	return startServe(t, db, l.url(), slowBank, env, "--link-failures", "3", "--link-probe", "200ms", "--forward-schedule", "@every 1s")
+	flags := []string{"--link-failures", "3", "--link-probe", "200ms", "--forward-schedule", "@every 1s"}
+	return startServe(t, db, l.url(), slowBank, env, append(flags, extra...)...)
 }
 
 // ledgerCounts is the bank's charges per downstream key: with its dedupe
@@ -414,4 +415,34 @@ func pendingForwards(t *testing.T, db string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// "oncepay forward" is one forward pass from the command line, as a timer
+// or an operator runs it with no server up: it prints what it did, and the
+// queued payment is charged once.
+func TestForwardCommand(t *testing.T) {
+	dir := t.TempDir()
+	simProc, ledger := startSim(t, dir, 0, "--sim-dedupe=false")
+	l := newLink(t, simProc.url)
+	db := filepath.Join(dir, "oncepay.db")
+	m := createAPIKey(t, db)
+	runCLI(t, "merchant", "offline", m.scope, "--max-amount", "1000", "--max-total", "5000", "--max-age", "1h", "--db", db)
+	srv := offlineServe(t, db, l, nil, "--forward-schedule", "off")
+	l.down()
+	in := newIntent("by-hand", 300, "tok_visa")
+	if r := mustPay(t, newClient(), srv.url, m, in); r.status != http.StatusAccepted {
+		t.Fatalf("payment on a dead link = %v, want 202", r)
+	}
+	srv.kill(t)
+	l.up(t)
+	out := runCLI(t, append([]string{"forward", "--db", db, "--provider", l.url()}, slowBank.flags()...)...)
+	if want := "forward: 1 due, 1 succeeded"; !strings.Contains(out, want) {
+		t.Errorf("oncepay forward printed %q, want %q", out, want)
+	}
+	if n := ledgerCounts(t, ledger)[payment.DownstreamKey(m.scope, in.key)]; n != 1 {
+		t.Errorf("charges = %d, want 1", n)
+	}
+	if left := pendingForwards(t, db); left != 0 {
+		t.Errorf("queue = %d after forward, want 0", left)
+	}
 }
