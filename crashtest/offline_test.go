@@ -14,6 +14,7 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -445,4 +446,46 @@ func TestForwardCommand(t *testing.T) {
 	if left := pendingForwards(t, db); left != 0 {
 		t.Errorf("queue = %d after forward, want 0", left)
 	}
+}
+
+// Two instances on one PostgreSQL database forward one queue at once, both
+// woken by the same link coming back: every payment is settled by exactly
+// one of them and charged once at a bank that does not dedupe.
+func TestOfflinePostgresTwoForwarders(t *testing.T) {
+	const payments = 100
+	db := pgtest.URL(t)
+	dir := t.TempDir()
+	simProc, ledger := startSim(t, dir, 0, "--sim-dedupe=false")
+	l := newLink(t, simProc.url)
+	m := createAPIKey(t, db)
+	runCLI(t, "merchant", "offline", m.scope, "--max-amount", "1000", "--max-total", "1000000", "--max-age", "1h", "--db", db)
+	a, b := offlineServe(t, db, l, nil), offlineServe(t, db, l, nil)
+	c := newClient()
+	l.down()
+	var ins []*intent
+	for i := range payments {
+		in := newIntent(fmt.Sprintf("pg-%d", i), 100+i, "tok_visa")
+		srv := []*child{a, b}[i%2]
+		if r := mustPay(t, c, srv.url, m, in); r.status != http.StatusAccepted {
+			t.Fatalf("%s = %v, want 202", in.key, r)
+		}
+		ins = append(ins, in)
+	}
+	l.up(t)
+	drain := waitEmpty(t, c, func() string { return a.url }, m, time.Minute)
+	counts := ledgerCounts(t, ledger)
+	for _, in := range ins {
+		if n := counts[payment.DownstreamKey(m.scope, in.key)]; n != 1 {
+			t.Errorf("%s: %d charges, want 1", in.key, n)
+		}
+	}
+	settled := func(s *child) int { return strings.Count(s.logs.String(), `"msg":"forward: settled"`) }
+	// The logs reach the test through pipes, behind the answers.
+	for end := time.Now().Add(5 * time.Second); settled(a)+settled(b) < payments && time.Now().Before(end); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := settled(a) + settled(b); got != payments {
+		t.Errorf("settlements logged = %d (%d + %d), want %d: one per payment", got, settled(a), settled(b), payments)
+	}
+	t.Logf("two instances: %d and %d of %d queued payments settled, queue empty %s after the link came back", settled(a), settled(b), payments, drain.Round(time.Millisecond))
 }
