@@ -138,7 +138,7 @@ func waitEmpty(t *testing.T, c *http.Client, base func() string, m merchant, d t
 // that does not dedupe, every replay byte-identical, every payment
 // succeeded.
 func TestOfflineOutage(t *testing.T) {
-	tills, perTill := 20, 50
+	tills, perTill := 20, 55
 	if testing.Short() {
 		tills, perTill = 5, 10
 	}
