@@ -65,6 +65,19 @@ func (l *link) toxic(t *testing.T, js string) {
 // clear removes every toxic.
 func (l *link) clear(t *testing.T) { l.proxy.Toxics.ResetToxics(t.Context()) }
 
+// offlineBank starts a bank that does not dedupe (a standalone simulated
+// provider: a second call under a key is a second charge), a link to it,
+// and a merchant of db that takes payments offline: at most 10.00 each,
+// maxTotal minor units queued, for an hour.
+func offlineBank(t *testing.T, db, maxTotal string) (simProc *child, ledger string, l *link, m merchant) {
+	t.Helper()
+	simProc, ledger = startSim(t, t.TempDir(), 0, "--sim-dedupe=false")
+	l = newLink(t, simProc.url)
+	m = createAPIKey(t, db)
+	runCLI(t, "merchant", "offline", m.scope, "--max-amount", "1000", "--max-total", maxTotal, "--max-age", "1h", "--db", db)
+	return simProc, ledger, l, m
+}
+
 // offlineServe runs serve against the provider through l, with a breaker
 // that opens after 3 failures and probes every 200 ms, and the forwarder
 // every second. A provider call may take a second: on a loaded machine a
@@ -142,12 +155,8 @@ func TestOfflineOutage(t *testing.T) {
 	if testing.Short() {
 		tills, perTill = 5, 10
 	}
-	dir := t.TempDir()
-	simProc, ledger := startSim(t, dir, 0, "--sim-dedupe=false")
-	l := newLink(t, simProc.url)
-	db := filepath.Join(dir, "oncepay.db")
-	m := createAPIKey(t, db)
-	runCLI(t, "merchant", "offline", m.scope, "--max-amount", "1000", "--max-total", fmt.Sprint(1000*tills*perTill), "--max-age", "1h", "--db", db)
+	db := filepath.Join(t.TempDir(), "oncepay.db")
+	_, ledger, l, m := offlineBank(t, db, fmt.Sprint(1000*tills*perTill))
 	srv := offlineServe(t, db, l, nil)
 	c := newClient()
 
@@ -263,12 +272,8 @@ func getStatus(t *testing.T, c *http.Client, base string, m merchant, id string)
 // forwarded as that one charge, never a second, at a bank that does not
 // dedupe.
 func TestOfflineAmbiguousCall(t *testing.T) {
-	dir := t.TempDir()
-	simProc, ledger := startSim(t, dir, 0, "--sim-dedupe=false")
-	l := newLink(t, simProc.url)
-	db := filepath.Join(dir, "oncepay.db")
-	m := createAPIKey(t, db)
-	runCLI(t, "merchant", "offline", m.scope, "--max-amount", "1000", "--max-total", "5000", "--max-age", "1h", "--db", db)
+	db := filepath.Join(t.TempDir(), "oncepay.db")
+	simProc, ledger, l, m := offlineBank(t, db, "5000")
 	srv := offlineServe(t, db, l, nil)
 	c := newClient()
 	// The request goes through; the bank's answer is lost, the connection
@@ -301,12 +306,8 @@ func TestOfflineResetAndTimeout(t *testing.T) {
 		`{"name":"hang","type":"timeout","stream":"upstream","attributes":{"timeout":0}}`,
 	} {
 		t.Run(strings.SplitN(toxic, `"`, 5)[3], func(t *testing.T) {
-			dir := t.TempDir()
-			simProc, ledger := startSim(t, dir, 0, "--sim-dedupe=false")
-			l := newLink(t, simProc.url)
-			db := filepath.Join(dir, "oncepay.db")
-			m := createAPIKey(t, db)
-			runCLI(t, "merchant", "offline", m.scope, "--max-amount", "1000", "--max-total", "100000", "--max-age", "1h", "--db", db)
+			db := filepath.Join(t.TempDir(), "oncepay.db")
+			_, ledger, l, m := offlineBank(t, db, "100000")
 			srv := offlineServe(t, db, l, nil)
 			c := newClient()
 			l.toxic(t, toxic)
@@ -347,12 +348,8 @@ func TestForwardCrashPoints(t *testing.T) {
 	for _, point := range []string{"after-forward-claim", "after-forward-charge", "in-forwarded"} {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
-			simProc, ledger := startSim(t, dir, 0, "--sim-dedupe=false")
-			l := newLink(t, simProc.url)
-			db := filepath.Join(dir, "oncepay.db")
-			m := createAPIKey(t, db)
-			runCLI(t, "merchant", "offline", m.scope, "--max-amount", "1000", "--max-total", "100000", "--max-age", "1h", "--db", db)
+			db := filepath.Join(t.TempDir(), "oncepay.db")
+			_, ledger, l, m := offlineBank(t, db, "100000")
 			c := newClient()
 			srv := offlineServe(t, db, l, nil)
 			l.down()
@@ -422,12 +419,8 @@ func pendingForwards(t *testing.T, db string) int {
 // or an operator runs it with no server up: it prints what it did, and the
 // queued payment is charged once.
 func TestForwardCommand(t *testing.T) {
-	dir := t.TempDir()
-	simProc, ledger := startSim(t, dir, 0, "--sim-dedupe=false")
-	l := newLink(t, simProc.url)
-	db := filepath.Join(dir, "oncepay.db")
-	m := createAPIKey(t, db)
-	runCLI(t, "merchant", "offline", m.scope, "--max-amount", "1000", "--max-total", "5000", "--max-age", "1h", "--db", db)
+	db := filepath.Join(t.TempDir(), "oncepay.db")
+	_, ledger, l, m := offlineBank(t, db, "5000")
 	srv := offlineServe(t, db, l, nil, "--forward-schedule", "off")
 	l.down()
 	in := newIntent("by-hand", 300, "tok_visa")
@@ -454,11 +447,7 @@ func TestForwardCommand(t *testing.T) {
 func TestOfflinePostgresTwoForwarders(t *testing.T) {
 	const payments = 100
 	db := pgtest.URL(t)
-	dir := t.TempDir()
-	simProc, ledger := startSim(t, dir, 0, "--sim-dedupe=false")
-	l := newLink(t, simProc.url)
-	m := createAPIKey(t, db)
-	runCLI(t, "merchant", "offline", m.scope, "--max-amount", "1000", "--max-total", "1000000", "--max-age", "1h", "--db", db)
+	_, ledger, l, m := offlineBank(t, db, "1000000")
 	a, b := offlineServe(t, db, l, nil), offlineServe(t, db, l, nil)
 	c := newClient()
 	l.down()

@@ -172,21 +172,33 @@ func listURL(status, search string, offset int) string {
 	return "/admin?" + q.Encode()
 }
 
+// statusAndLimit reads a list's status filter and its page size, from 1
+// to most (absent: def).
+func statusAndLimit(q url.Values, def, most int) (payment.Status, int, error) {
+	st := payment.Status(q.Get("status"))
+	switch st {
+	case "", payment.InProgress, payment.Succeeded, payment.Failed, payment.Queued, payment.Expired:
+	default:
+		return st, 0, payment.Invalidf("status", "status must be in_progress, succeeded, failed, queued or expired.")
+	}
+	v := q.Get("limit")
+	if v == "" {
+		return st, def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		return st, 0, payment.Invalidf("limit", "limit must be an integer from 1 to %d.", most)
+	}
+	return st, n, nil
+}
+
 // listParams reads the filter of the list, the page's and the JSON's.
 func listParams(r *http.Request, defaultLimit int) (payment.AttemptFilter, error) {
 	q := r.URL.Query()
-	f := payment.AttemptFilter{Status: payment.Status(q.Get("status")), Search: q.Get("q"), Limit: defaultLimit}
-	switch f.Status {
-	case "", payment.InProgress, payment.Succeeded, payment.Failed, payment.Queued, payment.Expired:
-	default:
-		return f, payment.Invalidf("status", "status must be in_progress, succeeded, failed, queued or expired.")
-	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 500 {
-			return f, payment.Invalidf("limit", "limit must be an integer from 1 to 500.")
-		}
-		f.Limit = n
+	f := payment.AttemptFilter{Search: q.Get("q")}
+	var err error
+	if f.Status, f.Limit, err = statusAndLimit(q, defaultLimit, 500); err != nil {
+		return f, err
 	}
 	if v := q.Get("offset"); v != "" {
 		n, err := strconv.Atoi(v)

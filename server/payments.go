@@ -6,7 +6,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/gorilla/mux"
@@ -208,19 +207,10 @@ func (s *server) handleListPayments(w http.ResponseWriter, r *http.Request) {
 // paymentFilter reads GET /v1/payments' query.
 func paymentFilter(r *http.Request) (payment.PaymentFilter, error) {
 	q := r.URL.Query()
-	f := payment.PaymentFilter{Scope: scopeOf(r), Status: payment.Status(q.Get("status")), Limit: payment.DefaultListLimit,
-		StartingAfter: q.Get("starting_after"), EndingBefore: q.Get("ending_before")}
-	switch f.Status {
-	case "", payment.InProgress, payment.Succeeded, payment.Failed, payment.Queued, payment.Expired:
-	default:
-		return f, payment.Invalidf("status", "status must be in_progress, succeeded, failed, queued or expired.")
-	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > payment.MaxListLimit {
-			return f, payment.Invalidf("limit", "limit must be an integer from 1 to %d.", payment.MaxListLimit)
-		}
-		f.Limit = n
+	f := payment.PaymentFilter{Scope: scopeOf(r), StartingAfter: q.Get("starting_after"), EndingBefore: q.Get("ending_before")}
+	var err error
+	if f.Status, f.Limit, err = statusAndLimit(q, payment.DefaultListLimit, payment.MaxListLimit); err != nil {
+		return f, err
 	}
 	if f.StartingAfter != "" && f.EndingBefore != "" {
 		return f, payment.Invalidf("starting_after", "Give starting_after or ending_before, not both.")
