@@ -15,7 +15,9 @@ const listedColumns = `a.scope, a.idempotency_key, a.id, a.request_hash, a.reque
 	a.status, a.fence, a.lease_expires_at, a.response_status, a.response_body, a.charge_id,
 	a.failure_code, a.created_at, a.updated_at, a.kind, a.payment_id, a.details, a.provider, coalesce(m.name, a.scope)`
 
-// ListAttempts returns attempts of every merchant, newest first.
+// ListAttempts returns attempts of every merchant, newest first: by
+// created_at, then id, a total order, so equal times never shuffle between
+// reads. Not by id alone: every refund's re_ id sorts above every pay_ id.
 func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]payment.ListedAttempt, error) {
 	var (
 		where []string
@@ -36,7 +38,7 @@ func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]paym
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	query += ` ORDER BY a.id DESC LIMIT ` + arg(f.Limit) + ` OFFSET ` + arg(f.Offset) // ids lead with the time
+	query += ` ORDER BY a.created_at DESC, a.id DESC LIMIT ` + arg(f.Limit) + ` OFFSET ` + arg(f.Offset) // payment_attempts_created
 	return queryAll(ctx, db, scanListed, query, args...)
 }
 

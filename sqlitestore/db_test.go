@@ -560,3 +560,48 @@ func TestMigrateOfflineStatuses(t *testing.T) {
 		t.Errorf("integrity_check = %q, %v", check, err)
 	}
 }
+
+// A file made before the admin list's index (the oldest kept,
+// made-by-d4adef9) gets it at open, and the list walks it instead of
+// sorting the table.
+func TestOlderFileGetsTheAdminIndex(t *testing.T) {
+	b, err := os.ReadFile("../server/testdata/made-by-d4adef9/oncepay.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "oncepay.db")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db := mustOpenPath(t, path, Options{})
+	var n int
+	if err := db.r.QueryRow(`SELECT count(*) FROM pragma_index_list('payment_attempts') WHERE name = 'payment_attempts_created'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("payment_attempts_created: %d, %v; want it made at open", n, err)
+	}
+	var plan []string
+	rows, err := db.r.Query(`EXPLAIN QUERY PLAN SELECT id FROM payment_attempts ORDER BY created_at DESC, id DESC LIMIT 50`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if got := strings.Join(plan, "; "); !strings.Contains(got, "USING INDEX payment_attempts_created") || strings.Contains(got, "TEMP B-TREE FOR ORDER BY") {
+		t.Errorf("the admin list's plan = %q, want a walk of payment_attempts_created, no sort of the table", got)
+	}
+	list, err := db.ListAttempts(context.Background(), payment.AttemptFilter{Limit: 50})
+	if err != nil || len(list) != 4 {
+		t.Fatalf("ListAttempts = %d attempts, %v; want the file's four", len(list), err)
+	}
+	for i := 1; i < len(list); i++ {
+		if list[i].CreatedAt.After(list[i-1].CreatedAt) {
+			t.Errorf("ListAttempts: %s (%v) after %s (%v), want newest first", list[i].ID, list[i].CreatedAt, list[i-1].ID, list[i-1].CreatedAt)
+		}
+	}
+}

@@ -8,6 +8,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"StaleAndPurge", testStaleAndPurge},
 		{"MerchantsAndKeys", testMerchantsAndKeys},
 		{"Admin", testAdmin},
+		{"AdminNewestFirst", testAdminNewestFirst},
 		{"BindProvider", testBindProvider},
 		{"Cancelled", testCancelled},
 		{"RefundReservationRace", testRefundReservationRace},
@@ -465,7 +467,7 @@ func testAdmin(t *testing.T, h Harness) {
 	for i, key := range []string{"order-1", "order-2", "other-3", "order-4"} {
 		a := NewAttempt(key, t0.Add(time.Duration(i)*time.Second), time.Minute)
 		a.Scope = m.ID
-		a.ID = fmt.Sprintf("pay_%d", i) // ids lead with the time
+		a.ID = fmt.Sprintf("pay_%d", i)
 		mustClaim(t, db, a)
 		ids = append(ids, a.ID)
 	}
@@ -495,15 +497,15 @@ func testAdmin(t *testing.T, h Harness) {
 		f    payment.AttemptFilter
 		want string
 	}{
-		{payment.AttemptFilter{}, "pay_9/s pay_3/Shop pay_2/Shop pay_1/Shop pay_0/Shop"},
+		{payment.AttemptFilter{}, "pay_3/Shop pay_2/Shop pay_1/Shop pay_9/s pay_0/Shop"},
 		{payment.AttemptFilter{Status: payment.Succeeded}, "pay_1/Shop"},
-		{payment.AttemptFilter{Search: "order-"}, "pay_9/s pay_3/Shop pay_1/Shop pay_0/Shop"},
+		{payment.AttemptFilter{Search: "order-"}, "pay_3/Shop pay_1/Shop pay_9/s pay_0/Shop"},
 		{payment.AttemptFilter{Search: "order-1"}, "pay_9/s pay_0/Shop"},
 		{payment.AttemptFilter{Search: "pay_2"}, "pay_2/Shop"},
 		{payment.AttemptFilter{Search: "ch_two"}, "pay_1/Shop"},
-		{payment.AttemptFilter{Search: "order-", Status: payment.InProgress}, "pay_9/s pay_3/Shop pay_0/Shop"},
+		{payment.AttemptFilter{Search: "order-", Status: payment.InProgress}, "pay_3/Shop pay_9/s pay_0/Shop"},
 		{payment.AttemptFilter{Search: "ORDER-"}, ""},
-		{payment.AttemptFilter{Limit: 2, Offset: 1}, "pay_3/Shop pay_2/Shop"},
+		{payment.AttemptFilter{Limit: 2, Offset: 1}, "pay_2/Shop pay_1/Shop"},
 	} {
 		if got := list(tt.f); got != tt.want {
 			t.Errorf("ListAttempts(%+v) = %q, want %q", tt.f, got, tt.want)
@@ -522,6 +524,53 @@ func testAdmin(t *testing.T, h Harness) {
 	}
 	if _, err := db.AttemptByPaymentID(ctx, "pay_nope"); payment.ErrorCode(err) != payment.ENOTFOUND {
 		t.Errorf("AttemptByPaymentID(unknown): %v, want not found", err)
+	}
+}
+
+// The admin list is newest first by creation time, payments and refunds
+// alike: a refund made before a later payment is listed after it, though
+// every re_ id sorts above every pay_ id. Attempts made at the same instant
+// go by id, so the order is total and pages neither repeat nor skip.
+func testAdminNewestFirst(t *testing.T, h Harness) {
+	ctx, db := context.Background(), h.Store
+	first := paid(t, db, "first") // at t0
+	refund := payment.NewRefundAttempt("s", "refund", payment.RefundRequest{PaymentID: first, Amount: 100}, t0.Add(time.Second), time.Minute)
+	mustClaim(t, db, &refund)
+	later := NewAttempt("later", t0.Add(2*time.Second), time.Minute)
+	mustClaim(t, db, later)
+	var tied []string
+	for _, key := range []string{"tied-a", "tied-b", "tied-c"} {
+		a := NewAttempt(key, t0.Add(3*time.Second), time.Minute)
+		mustClaim(t, db, a)
+		tied = append(tied, a.ID)
+	}
+	slices.Sort(tied)
+	slices.Reverse(tied)
+	want := append(tied, later.ID, refund.ID, first)
+	list := func(f payment.AttemptFilter) []string {
+		t.Helper()
+		got, err := db.ListAttempts(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, l := range got {
+			ids = append(ids, l.ID)
+		}
+		return ids
+	}
+	if got := list(payment.AttemptFilter{Limit: 50}); !slices.Equal(got, want) {
+		t.Errorf("ListAttempts = %v, want %v", got, want)
+	}
+	var paged []string
+	for offset := 0; offset < len(want)+2; offset += 2 {
+		paged = append(paged, list(payment.AttemptFilter{Limit: 2, Offset: offset})...)
+	}
+	if !slices.Equal(paged, want) {
+		t.Errorf("ListAttempts two at a time = %v, want %v", paged, want)
+	}
+	if got, want := list(payment.AttemptFilter{Status: payment.InProgress, Limit: 50}), want[:len(want)-1]; !slices.Equal(got, want) {
+		t.Errorf("ListAttempts in progress = %v, want %v", got, want)
 	}
 }
 
