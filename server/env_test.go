@@ -70,6 +70,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 	m.Store(oe.DB)
 	oe.Service.ObserveProviderCall = m.ProviderCall
 	oe.Reconciler.Observe = m.Reconciled
+	m.Offline(oe.DB.QueueTotals, nil, oe.Service.Now)
+	oe.Service.ObserveQueue, oe.Forwarder.Observe = m.Queued, m.Forwarded
 	cfg := server.Config{Payments: oe.Service, Sim: oe.Sim.Handler(), Log: oe.Log, Metrics: m.Handler(), CountRequest: m.Request,
 		Admin: server.Admin{Store: oe.DB, Reconciler: oe.Reconciler, Queue: oe.DB, Forwarder: oe.Forwarder, Token: o.adminToken, Open: !o.auth}}
 	inbox := payment.NewInbox(oe.DB, oe.Service, "sim", oe.Service.Lease)

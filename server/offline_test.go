@@ -83,6 +83,19 @@ func TestOfflineQueueAndForward(t *testing.T) {
 	if d := e.pay("till-declined", `{"amount":500,"currency":"EUR","source":"tok_chargeDeclined"}`); d.Status != 402 {
 		t.Errorf("declined payment = %d %s, want 402: a decline is never queued", d.Status, d.Body)
 	}
+	m := e.scrape()
+	for series, want := range map[string]float64{
+		`oncepay_queued_payments{currency="EUR"}`:                             2,
+		`oncepay_queued_amount{currency="EUR"}`:                               2000,
+		`oncepay_queued_payments{currency="USD"}`:                             1,
+		`oncepay_offline_payments_total{currency="EUR",verdict="queued"}`:     2,
+		`oncepay_offline_payments_total{currency="EUR",verdict="over_total"}`: 1,
+		`oncepay_offline_amount_total{currency="EUR",verdict="over_amount"}`:  1001,
+	} {
+		if got, ok := m[series]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
+		}
+	}
 	list := e.do("GET", "/v1/payments?status=queued", nil)
 	var page payment.List[payment.View]
 	if err := json.Unmarshal(list.Body, &page); err != nil || list.Status != 200 || len(page.Data) != 3 || page.Object != "list" {
@@ -93,6 +106,13 @@ func TestOfflineQueueAndForward(t *testing.T) {
 	}
 	if res := e.forward(); res.Checked != 0 {
 		t.Errorf("second forward = %v, want nothing due", res)
+	}
+	m = e.scrape()
+	if got := m[`oncepay_forwards_total{outcome="succeeded"}`]; got != 3 {
+		t.Errorf("forwards succeeded = %v, want 3", got)
+	}
+	if _, ok := m[`oncepay_queued_payments{currency="EUR"}`]; ok {
+		t.Error("oncepay_queued_payments still reports EUR after the queue emptied")
 	}
 	ledger := e.ledger()
 	for _, key := range []string{"till-1", "till-2", "till-usd"} {
