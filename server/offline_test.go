@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -259,5 +260,33 @@ func TestListPayments(t *testing.T) {
 		if r := e.do("GET", "/v1/payments"+q, nil, "Authorization", "Bearer "+a); r.Status != 400 || r.problemType() != payment.ProblemInvalidRequest {
 			t.Errorf("GET /v1/payments%s = %d %s, want 400", q, r.Status, r.Body)
 		}
+	}
+}
+
+// The admin page shows the queue, its money at risk and each payment; its
+// "Forward now" runs the forwarder, and a cross-site form cannot.
+func TestAdminQueuePage(t *testing.T) {
+	e, _ := offlineEnv(t, sim.Faults{FailBeforeCharge: 1})
+	p := e.pay("till-1", `{"amount":999,"currency":"EUR","source":"tok_visa"}`).payment(t)
+	page := e.do("GET", "/admin/queue", nil)
+	for _, want := range []string{p.ID, "9.99 EUR at risk", "Forward now"} {
+		if page.Status != 200 || !strings.Contains(string(page.Body), want) {
+			t.Errorf("GET /admin/queue = %d, want %q in it", page.Status, want)
+		}
+	}
+	e.setFaults(sim.Faults{})
+	forged := e.do("POST", "/admin/forward", nil, "Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example")
+	if forged.Status != 403 {
+		t.Errorf("cross-site POST /admin/forward = %d, want 403", forged.Status)
+	}
+	if n := len(e.ledger()[payment.DownstreamKey(server.DemoScope, "till-1")]); n != 0 {
+		t.Fatalf("charges after a forged forward = %d, want 0", n)
+	}
+	r := e.do("POST", "/admin/forward", nil)
+	if r.Status != 200 || !strings.Contains(string(r.Body), "Forwarded 1 due: 1 succeeded") {
+		t.Errorf("POST /admin/forward (redirect followed) = %d, want the flash of 1 succeeded", r.Status)
+	}
+	if got := e.do("GET", "/admin/queue", nil); !strings.Contains(string(got.Body), "No payment is queued") {
+		t.Error("the queue page still lists a payment after forwarding")
 	}
 }

@@ -78,7 +78,11 @@ func New(p payment.Provider, cfg Config) (*Link, error) {
 // changed is told of every state change, under the breaker's lock: it
 // must not call the breaker.
 func (l *Link) changed(_ string, from, to gobreaker.State) {
-	l.cfg.Log.Warn("provider link "+linkState(to), "from", linkState(from))
+	level := slog.LevelWarn
+	if to == gobreaker.StateClosed {
+		level = slog.LevelInfo
+	}
+	l.cfg.Log.Log(context.Background(), level, "provider link "+linkState(to), "from", linkState(from))
 	if to == gobreaker.StateClosed && l.cfg.OnUp != nil {
 		go l.cfg.OnUp()
 	}
