@@ -290,3 +290,29 @@ func TestAdminQueuePage(t *testing.T) {
 		t.Error("the queue page still lists a payment after forwarding")
 	}
 }
+
+// A queued payment the bank declines when it is forwarded ends failed with
+// the decline's code: the merchant's offline risk, counted. Its 202 stays
+// what a retry of its key gets.
+func TestOfflineDeclinedWhenForwarded(t *testing.T) {
+	e, _ := offlineEnv(t, sim.Faults{FailBeforeCharge: 1})
+	body := `{"amount":800,"currency":"EUR","source":"tok_chargeDeclinedInsufficientFunds"}`
+	first := e.pay("risky", body)
+	if first.Status != 202 {
+		t.Fatalf("payment on a dead link = %d %s, want 202", first.Status, first.Body)
+	}
+	e.setFaults(sim.Faults{})
+	if res := e.forward(); res.Declined != 1 {
+		t.Errorf("forward = %v, want 1 declined", res)
+	}
+	got := e.do("GET", "/v1/payments/"+first.payment(t).ID, nil).payment(t)
+	if got.Status != payment.Failed || got.FailureCode != "insufficient_funds" {
+		t.Errorf("GET after the decline = %s %q, want failed insufficient_funds", got.Status, got.FailureCode)
+	}
+	if again := e.pay("risky", body); again.Status != 202 || string(again.Body) != string(first.Body) {
+		t.Errorf("retry = %d %s, want the 202", again.Status, again.Body)
+	}
+	if got := e.scrape()[`oncepay_forwards_total{outcome="declined"}`]; got != 1 {
+		t.Errorf("forwards declined = %v, want 1", got)
+	}
+}
