@@ -62,7 +62,7 @@ func ErrNoLiveKey(id string) error { return Errorf(ENOTFOUND, "No live API key %
 // bound, and inProgress are still in progress there, so provider, which
 // cannot know about them, must not settle them.
 func ProviderBound(bound, provider string, inProgress int) error {
-	return fmt.Errorf("this database's payments went to provider %q, and %d are still in progress: refusing %q, which cannot know about them (pass --provider %s)",
+	return fmt.Errorf("this database's payments went to provider %q, and %d are still in progress or queued offline: refusing %q, which cannot know about them (pass --provider %s)",
 		bound, inProgress, provider, bound)
 }
 

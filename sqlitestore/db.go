@@ -223,7 +223,7 @@ func (db *DB) BindProvider(ctx context.Context, provider string) error {
 		if bound == provider {
 			return nil
 		}
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM payment_attempts WHERE status = 'in_progress'`).Scan(&inProgress); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM payment_attempts WHERE status IN ('in_progress', 'queued')`).Scan(&inProgress); err != nil {
 			return err
 		}
 		if inProgress > 0 {

@@ -595,6 +595,16 @@ func testBindProvider(t *testing.T, h Harness) {
 	if err := db.BindProvider(ctx, "http://bank:1"); err == nil || !strings.Contains(err.Error(), "http://bank:2") {
 		t.Errorf("back to the first provider with an attempt in progress = %v, want a refusal naming the one it moved to", err)
 	}
+	// A payment queued offline is forwarded to the provider it was taken
+	// for: no other provider while one waits.
+	db.Record(ctx, payment.KindPayment, "s", "k2", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}")}, t0)
+	if err := db.SetOfflineLimits(ctx, "s", &offlineLimits); err != nil {
+		t.Fatal(err)
+	}
+	queue(t, db, "s", "q", 100, "EUR")
+	if err := db.BindProvider(ctx, "http://bank:3"); err == nil || !strings.Contains(err.Error(), "http://bank:2") {
+		t.Errorf("another provider with a payment queued = %v, want a refusal", err)
+	}
 }
 
 // A caller that gave up is not an internal error: nothing was written.
