@@ -375,7 +375,7 @@ func (db *DB) purge(ctx context.Context, before time.Time, limit int) (int, erro
 		// The trigger payment_attempts_expire moves each key to expired_keys.
 		tag, err := tx.Exec(ctx, `DELETE FROM payment_attempts WHERE (scope, idempotency_key) IN (
 			SELECT scope, idempotency_key FROM payment_attempts
-			WHERE status IN ('succeeded', 'failed') AND updated_at < $1
+			WHERE status IN ('succeeded', 'failed', 'expired') AND updated_at < $1
 			LIMIT $2 FOR UPDATE SKIP LOCKED)`, ms(before), limit)
 		if n = tag.RowsAffected(); err != nil || n == 0 {
 			return err

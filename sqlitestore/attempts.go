@@ -259,7 +259,7 @@ func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, erro
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_attempts SELECT id FROM payment_attempts
-			WHERE status IN ('succeeded', 'failed') AND updated_at < ? LIMIT ?`, ms(before), limit); err != nil {
+			WHERE status IN ('succeeded', 'failed', 'expired') AND updated_at < ? LIMIT ?`, ms(before), limit); err != nil {
 			return err
 		}
 		// The trigger payment_attempts_expire moves each key to expired_keys.

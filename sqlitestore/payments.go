@@ -175,7 +175,7 @@ func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (i
 	var n int64
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		const victims = `SELECT p.id FROM payments p
-			WHERE p.status IN ('succeeded', 'failed') AND p.updated_at < ? AND p.amount_reserved = 0
+			WHERE p.status IN ('succeeded', 'failed', 'expired') AND p.updated_at < ? AND p.amount_reserved = 0
 			  AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = p.id)
 			  AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id AND r.status = 'in_progress')
 			LIMIT ?`

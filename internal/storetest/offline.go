@@ -223,9 +223,24 @@ func testPurgeKeepsQueued(t *testing.T, h Harness) {
 	if err := s.SetOfflineLimits(ctx, "s", &offlineLimits); err != nil {
 		t.Fatal(err)
 	}
-	queue(t, s, "s", "q", 500, "EUR")
+	a, _ := queue(t, s, "s", "q", 500, "EUR")
 	if n, err := s.Purge(ctx, t0.Add(48*time.Hour), 100); n != 0 || err != nil {
 		t.Errorf("Purge = %d, %v, want 0: a queued attempt is not final", n, err)
 	}
 	mustAttempt(t, s, "q")
+	// Once expired it is final: purged after the retention like any other,
+	// its payment too after the payment retention, its key kept refused.
+	fence, ok, err := s.ClaimForward(ctx, a.ID, 1, t0, t0.Add(time.Minute))
+	if err != nil || !ok {
+		t.Fatalf("ClaimForward = %v, %v", ok, err)
+	}
+	if ok, err := s.Forwarded(ctx, a.ID, fence, payment.Outcome{Status: payment.Expired, FailureCode: "offline_expired"}, t0); !ok || err != nil {
+		t.Fatalf("Forwarded = %v, %v", ok, err)
+	}
+	if n, err := s.Purge(ctx, t0.Add(48*time.Hour), 100); n != 1 || err != nil {
+		t.Errorf("Purge of the expired = %d, %v, want 1", n, err)
+	}
+	if n, err := s.PurgePayments(ctx, t0.Add(48*time.Hour), 100); n != 1 || err != nil {
+		t.Errorf("PurgePayments of the expired = %d, %v, want 1", n, err)
+	}
 }
