@@ -391,6 +391,11 @@ var errUnconfirmed = Errorf(ENOTFOUND, "Not applied: the provider has no charge 
 // or moved twice: another charge than the payment's) is flagged for an
 // operator, logged as an error and counted.
 func (in *Inbox) final(ev Event, a Attempt) (EventState, string, error) {
+	if a.Status == Queued {
+		// Its client holds a 202, not an outcome: the forwarder settles it,
+		// by asking the provider by key, as it would without the event.
+		return EventIgnored, "not applied: the payment is queued offline; the forwarder settles it by asking the provider", nil
+	}
 	agrees := ev.Kind == EventSucceeded && a.Status == Succeeded && a.ChargeID == ev.Charge.ID ||
 		ev.Kind == EventFailed && a.Status == Failed
 	if agrees {

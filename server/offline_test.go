@@ -316,3 +316,36 @@ func TestOfflineDeclinedWhenForwarded(t *testing.T) {
 		t.Errorf("forwards declined = %v, want 1", got)
 	}
 }
+
+// A provider's event about a payment queued offline (charged by a call
+// whose answer was lost) is not an alarm: it is left to the forwarder,
+// which finds the charge by key and settles the payment succeeded.
+func TestOfflineQueuedEventLeftToForwarder(t *testing.T) {
+	e, _ := offlineEnv(t, sim.Faults{FailAfterCharge: 1})
+	r := e.pay("lost", visa)
+	if r.Status != 202 {
+		t.Fatalf("payment whose answer was lost = %d %s, want 202", r.Status, r.Body)
+	}
+	e.setFaults(sim.Faults{})
+	a, err := e.DB.Attempt(context.Background(), server.DemoScope, "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	charges := e.ledger()[payment.DownstreamKey(server.DemoScope, "lost")]
+	if len(charges) != 1 {
+		t.Fatalf("ledger = %d charges, want 1", len(charges))
+	}
+	got := e.webhook("msg_queued_1", time.Now(), simWebhookSecret, simEvent(a, charges[0]))
+	if got.Status != 200 || !strings.Contains(string(got.Body), `"ignored"`) {
+		t.Errorf("event about a queued payment = %d %s, want 200 ignored", got.Status, got.Body)
+	}
+	if n := e.scrape()[`oncepay_webhook_events_refused_total{provider="sim",reason="conflict"}`]; n != 0 {
+		t.Errorf("conflicts counted = %v, want 0: a queued payment is not settled yet", n)
+	}
+	if res := e.forward(); res.Succeeded != 1 {
+		t.Errorf("forward = %v, want 1 succeeded", res)
+	}
+	if p := e.do("GET", "/v1/payments/"+a.ID, nil).payment(t); p.Status != payment.Succeeded || p.ChargeID != charges[0].ID {
+		t.Errorf("payment = %s %s, want succeeded as %s", p.Status, p.ChargeID, charges[0].ID)
+	}
+}
