@@ -281,17 +281,25 @@ func TestFailureLimiterAtTheBound(t *testing.T) {
 }
 
 // The limit goes by the connection's address, never its port (a new
-// connection would be a new client) nor a header the client sets.
+// connection would be a new client) nor a header the client sets; an IPv6
+// client by its /64, whose every address one host may take.
 func TestClientAddr(t *testing.T) {
 	r := httptest.NewRequest("GET", "/admin", nil)
-	r.RemoteAddr = "192.0.2.7:51234"
 	r.Header.Set("X-Forwarded-For", "198.51.100.1")
-	if got := clientAddr(r); got != "192.0.2.7" {
-		t.Errorf("clientAddr = %q, want 192.0.2.7", got)
-	}
-	r.RemoteAddr = "not an address"
-	if got := clientAddr(r); got != "not an address" {
-		t.Errorf("clientAddr of an unparsable address = %q, want it as it is", got)
+	for _, tt := range []struct{ remote, want string }{
+		{"192.0.2.7:51234", "192.0.2.7"},
+		{"[::ffff:192.0.2.7]:51234", "192.0.2.7"},
+		{"[2001:db8:1:2::7]:51234", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:2:ffff:ffff:ffff:ffff]:443", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:3::7]:51234", "2001:db8:1:3::/64"},
+		{"[fe80::1%eth0]:51234", "fe80::/64"},
+		{"[::1]:51234", "::/64"},
+		{"not an address", "not an address"},
+	} {
+		r.RemoteAddr = tt.remote
+		if got := clientAddr(r); got != tt.want {
+			t.Errorf("clientAddr of %s = %q, want %q", tt.remote, got, tt.want)
+		}
 	}
 }
 

@@ -4,11 +4,12 @@ import (
 	"container/heap"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 )
 
-// failureLimiter slows down guessing: each client (by IP address) may fail
+// failureLimiter slows down guessing: each client (see clientAddr) may fail
 // the admin credential burst times in a row, then once every per, as a token
 // bucket of failures. While a client has none left, even the right
 // credential is refused, or guesses would still be told apart.
@@ -135,11 +136,21 @@ func (h *bucketHeap) Pop() any {
 }
 
 // clientAddr is the client's IP address, as the connection shows it:
-// X-Forwarded-For is not trusted, since any client can send it.
+// X-Forwarded-For is not trusted, since any client can send it. An IPv6
+// client is its /64: one host is commonly given a whole /64, and could
+// otherwise take a new address for every few guesses.
 func clientAddr(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
 	}
-	return host
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	if ip = ip.Unmap(); ip.Is6() {
+		p, _ := ip.WithZone("").Prefix(64)
+		return p.String()
+	}
+	return ip.String()
 }
