@@ -13,6 +13,8 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/oncepay/oncepay/internal/batchlog"
 	"github.com/oncepay/oncepay/metrics"
@@ -106,7 +108,7 @@ func (c *config) registerProvider(fs *flag.FlagSet) {
 func (c *config) registerServe(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on (loopback unless you say otherwise)")
 	fs.StringVar(&c.adminToken, "admin-token", "", "credential of the admin page and GET /v1/attempts (serve), at least 32 characters; empty keeps them closed. As a flag it shows in ps: prefer the environment variable or --admin-token-file")
-	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "file holding the admin token (a systemd credential, say: $CREDENTIALS_DIRECTORY/admin-token); instead of --admin-token")
+	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "file holding the admin token, readable by its owner only (a systemd credential, say: $CREDENTIALS_DIRECTORY/admin-token); instead of --admin-token")
 	c.registerRetention(fs)
 	fs.StringVar(&c.reconcileSchedule, "reconcile-schedule", "@every 1m", "cron schedule of reconcile (UTC), or off")
 	fs.StringVar(&c.purgeSchedule, "purge-schedule", "@every 10m", "cron schedule of purge (UTC), or off")
@@ -193,13 +195,16 @@ func (c *config) openStripe(ctx context.Context, log *slog.Logger) (*stripe.Clie
 const minAdminTokenLen = 32
 
 // readAdminToken reads the admin token from --admin-token-file, if given,
-// and, for serve (strict), refuses a token too short to be a secret.
+// trims it wherever it came from, and, for serve (strict), refuses one that
+// is no secret: blank, too short (in characters, not bytes), or with
+// whitespace or control characters inside, which a pasted line break or tab
+// would leave and a browser's password field cannot send.
 func (c *config) readAdminToken(strict bool) error {
 	if c.adminTokenFile != "" {
 		if c.adminToken != "" {
 			return errors.New("--admin-token and --admin-token-file (or their ONCEPAY_ variables) are both set: give one")
 		}
-		b, err := os.ReadFile(c.adminTokenFile)
+		b, err := readSecretFile(c.adminTokenFile)
 		if err != nil {
 			return fmt.Errorf("--admin-token-file: %w", err)
 		}
@@ -207,10 +212,45 @@ func (c *config) readAdminToken(strict bool) error {
 			return fmt.Errorf("--admin-token-file %s is empty", c.adminTokenFile)
 		}
 	}
-	if strict && c.adminToken != "" && len(c.adminToken) < minAdminTokenLen {
-		return fmt.Errorf("the admin token is %d characters, want at least %d: make one with \"head -c 32 /dev/urandom | base64\"", len(c.adminToken), minAdminTokenLen)
+	given := c.adminToken != ""
+	c.adminToken = strings.TrimSpace(c.adminToken)
+	if !strict || !given {
+		return nil
+	}
+	const howTo = `make one with "head -c 32 /dev/urandom | base64"`
+	if c.adminToken == "" {
+		return errors.New("the admin token is blank: " + howTo)
+	}
+	for _, r := range c.adminToken {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return fmt.Errorf("the admin token has whitespace or a control character (%U) inside: %s", r, howTo)
+		}
+	}
+	if !utf8.ValidString(c.adminToken) {
+		return errors.New("the admin token is not valid UTF-8: " + howTo)
+	}
+	if n := utf8.RuneCountInString(c.adminToken); n < minAdminTokenLen {
+		return fmt.Errorf("the admin token is %d characters, want at least %d: %s", n, minAdminTokenLen, howTo)
 	}
 	return nil
+}
+
+// readSecretFile reads a file holding a secret, and refuses one that group
+// or others may read, as oncepay's own files are its owner's only.
+func readSecretFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%s is mode %04o: group or others have access to it; make it its owner's only: chmod 600 %s", path, perm, path)
+	}
+	return io.ReadAll(f)
 }
 
 // app is an open oncepay: its store, its provider, and the flow over them.
