@@ -197,6 +197,73 @@ func TestDemoServesAndStops(t *testing.T) {
 	}
 }
 
+// demo has no credentials at all, so it listens on loopback only: on any
+// other address (an empty host is every address) it refuses to start.
+func TestDemoRefusesPublicAddress(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "d.db")
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:0"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a demo that starts stops
+		err := run(ctx, []string{"demo", "--addr", addr, "--db", db}, env(nil), io.Discard, io.Discard)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "--public") {
+			t.Errorf("demo --addr %s = %v, want an error naming --public", addr, err)
+		}
+	}
+}
+
+func TestLoopback(t *testing.T) {
+	for _, tt := range []struct {
+		addr string
+		want bool
+	}{
+		{"127.0.0.1:8080", true}, {"127.3.2.1:8080", true}, {"[::1]:8080", true}, {"localhost:8080", true},
+		{"LocalHost:0", true}, {"[::ffff:127.0.0.1]:8080", true},
+		{":8080", false}, {"0.0.0.0:8080", false}, {"[::]:8080", false}, {"192.168.1.10:8080", false},
+		{"[2001:db8::1]:8080", false}, {"oncepay.example:8080", false}, {"127.0.0.1", false},
+	} {
+		if got := loopback(tt.addr); got != tt.want {
+			t.Errorf("loopback(%q) = %v, want %v", tt.addr, got, tt.want)
+		}
+	}
+}
+
+// With --public (here ONCEPAY_PUBLIC) demo listens on every address, and
+// warns before it does, naming what is open.
+func TestDemoPublicWarns(t *testing.T) {
+	var help bytes.Buffer
+	run(context.Background(), []string{"demo", "--help"}, env(nil), io.Discard, &help)
+	if !strings.Contains(help.String(), "--public (ONCEPAY_PUBLIC, default false)") {
+		t.Errorf("demo --help lacks --public:\n%s", help.String())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		args := []string{"demo", "--addr", ":0", "--db", filepath.Join(t.TempDir(), "d.db")}
+		done <- run(ctx, args, env(map[string]string{"ONCEPAY_PUBLIC": "true"}), io.Discard, pw)
+		pw.Close()
+	}()
+	var warning string
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() && !strings.Contains(sc.Text(), "msg=listening") {
+		if strings.Contains(sc.Text(), "level=WARN") {
+			warning = sc.Text()
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	for _, want := range []string{"admin page", "ledger", "fault knobs", "payments without a key", "addr=:0"} {
+		if !strings.Contains(warning, want) {
+			t.Errorf("warning before listening = %q, want it to name %q", warning, want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run = %v, want nil after shutdown", err)
+	}
+}
+
 // A port already taken is an error from run, not a log line.
 func TestServeTakenPort(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -40,6 +41,7 @@ type config struct {
 	stripeWebhookKey  string // only ever from STRIPE_WEBHOOK_SECRET, never a flag
 	simWebhookSecret  string
 	demo              bool
+	public            bool // demo on an address other than loopback
 	simDB             string
 	simFaults         sim.Faults
 	providerTimeout   time.Duration
@@ -107,6 +109,9 @@ func (c *config) registerProvider(fs *flag.FlagSet) {
 
 func (c *config) registerServe(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on (loopback unless you say otherwise)")
+	if c.demo {
+		fs.BoolVar(&c.public, "public", false, "let demo listen on an --addr other than loopback, opening its admin page, ledger, fault knobs and payments without a key to the network")
+	}
 	fs.StringVar(&c.adminToken, "admin-token", "", "credential of the admin page and GET /v1/attempts (serve), at least 32 characters; empty keeps them closed. As a flag it shows in ps: prefer the environment variable or --admin-token-file")
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "file holding the admin token, readable by its owner only (a systemd credential, say: $CREDENTIALS_DIRECTORY/admin-token); instead of --admin-token")
 	c.registerRetention(fs)
@@ -126,6 +131,9 @@ func (c *config) registerRetention(fs *flag.FlagSet) {
 func (c *config) validate() error {
 	if err := c.offline.validate(); err != nil {
 		return err
+	}
+	if c.demo && !c.public && !loopback(c.addr) {
+		return fmt.Errorf("demo opens its admin page, the ledger, the fault knobs and payments without a key to anyone who can reach it, and --addr %s is not loopback: listen on 127.0.0.1, or give --public (ONCEPAY_PUBLIC=true) to open it to the network", c.addr)
 	}
 	if c.lease <= c.providerTimeout {
 		return fmt.Errorf("--lease (%s) must exceed --provider-timeout (%s): a retry must not take over a call still running", c.lease, c.providerTimeout)
@@ -156,6 +164,20 @@ func (c *config) validate() error {
 		return fmt.Errorf("--retention (%s) must not exceed Stripe's idempotency key window (%s): a retry after oncepay forgot its key would reach Stripe as a new payment", c.retention, stripe.KeyWindow)
 	}
 	return nil
+}
+
+// loopback reports whether addr is reachable from this machine only:
+// 127.0.0.0/8, ::1 or localhost. An empty host (":8080") is every address.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // openStripe makes the Stripe provider, refuses a key Stripe refuses, and
@@ -471,6 +493,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		handler = slog.NewTextHandler(logs, &slog.HandlerOptions{Level: cfg.logLevel})
 	}
 	log := slog.New(handler)
+	if demo && !loopback(cfg.addr) {
+		log.Warn("DEMO ON THE NETWORK: anyone who can reach this address can open the admin page, read the ledger, set the fault knobs and make payments without a key", "addr", cfg.addr)
+	}
 
 	a, err := cfg.open(ctx, log)
 	if err != nil {
