@@ -197,6 +197,73 @@ func TestDemoServesAndStops(t *testing.T) {
 	}
 }
 
+// demo has no credentials at all, so it listens on loopback only: on any
+// other address (an empty host is every address) it refuses to start.
+func TestDemoRefusesPublicAddress(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "d.db")
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:0"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a demo that starts stops
+		err := run(ctx, []string{"demo", "--addr", addr, "--db", db}, env(nil), io.Discard, io.Discard)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "--public") {
+			t.Errorf("demo --addr %s = %v, want an error naming --public", addr, err)
+		}
+	}
+}
+
+func TestLoopback(t *testing.T) {
+	for _, tt := range []struct {
+		addr string
+		want bool
+	}{
+		{"127.0.0.1:8080", true}, {"127.3.2.1:8080", true}, {"[::1]:8080", true}, {"localhost:8080", true},
+		{"LocalHost:0", true}, {"[::ffff:127.0.0.1]:8080", true},
+		{":8080", false}, {"0.0.0.0:8080", false}, {"[::]:8080", false}, {"192.168.1.10:8080", false},
+		{"[2001:db8::1]:8080", false}, {"oncepay.example:8080", false}, {"127.0.0.1", false},
+	} {
+		if got := loopback(tt.addr); got != tt.want {
+			t.Errorf("loopback(%q) = %v, want %v", tt.addr, got, tt.want)
+		}
+	}
+}
+
+// With --public (here ONCEPAY_PUBLIC) demo listens on every address, and
+// warns before it does, naming what is open.
+func TestDemoPublicWarns(t *testing.T) {
+	var help bytes.Buffer
+	run(context.Background(), []string{"demo", "--help"}, env(nil), io.Discard, &help)
+	if !strings.Contains(help.String(), "--public (ONCEPAY_PUBLIC, default false)") {
+		t.Errorf("demo --help lacks --public:\n%s", help.String())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		args := []string{"demo", "--addr", ":0", "--db", filepath.Join(t.TempDir(), "d.db")}
+		done <- run(ctx, args, env(map[string]string{"ONCEPAY_PUBLIC": "true"}), io.Discard, pw)
+		pw.Close()
+	}()
+	var warning string
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() && !strings.Contains(sc.Text(), "msg=listening") {
+		if strings.Contains(sc.Text(), "level=WARN") {
+			warning = sc.Text()
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	for _, want := range []string{"admin page", "ledger", "fault knobs", "payments without a key", "addr=:0"} {
+		if !strings.Contains(warning, want) {
+			t.Errorf("warning before listening = %q, want it to name %q", warning, want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run = %v, want nil after shutdown", err)
+	}
+}
+
 // A port already taken is an error from run, not a log line.
 func TestServeTakenPort(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -360,7 +427,8 @@ func TestBadRetentionRefused(t *testing.T) {
 
 // The admin token comes from the environment, a flag or a file (what a
 // systemd credential is), never two at once; serve refuses one too short
-// to be a secret.
+// to be a secret (in characters: 17 two-byte ones are 17), blank, with
+// whitespace or a control character inside, or in a file others can read.
 func TestAdminTokenSources(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "s.db")
@@ -373,6 +441,12 @@ func TestAdminTokenSources(t *testing.T) {
 	os.WriteFile(short, []byte("a\n"), 0o600)
 	empty := filepath.Join(dir, "empty-token")
 	os.WriteFile(empty, []byte("\n"), 0o600)
+	shared := filepath.Join(dir, "shared-token")
+	os.WriteFile(shared, []byte(token+"\n"), 0o600)
+	os.Chmod(shared, 0o644)
+	group := filepath.Join(dir, "group-token")
+	os.WriteFile(group, []byte(token+"\n"), 0o600)
+	os.Chmod(group, 0o640)
 	for _, tt := range []struct {
 		name string
 		args []string
@@ -385,6 +459,14 @@ func TestAdminTokenSources(t *testing.T) {
 		{"empty file", []string{"--admin-token-file", empty}, nil, "empty"},
 		{"missing file", []string{"--admin-token-file", filepath.Join(dir, "nothing")}, nil, "--admin-token-file"},
 		{"token and file", []string{"--admin-token-file", file}, map[string]string{"ONCEPAY_ADMIN_TOKEN": token}, "both set"},
+		{"34 spaces", []string{"--admin-token", strings.Repeat(" ", 34)}, nil, "blank"},
+		{"17 two-byte characters", []string{"--admin-token", strings.Repeat("é", 17)}, nil, "17 characters, want at least 32"},
+		{"a space inside", []string{"--admin-token", token[:16] + " " + token[16:]}, nil, "whitespace or a control character (U+0020) inside"},
+		{"a tab inside", nil, map[string]string{"ONCEPAY_ADMIN_TOKEN": token[:16] + "\t" + token[16:]}, "(U+0009) inside"},
+		{"DEL inside", []string{"--admin-token", token + "\x7f" + token}, nil, "(U+007F) inside"},
+		{"not UTF-8", []string{"--admin-token", token + "\xff"}, nil, "not valid UTF-8"},
+		{"file others can read", []string{"--admin-token-file", shared}, nil, shared + " is mode 0644: group or others have access to it; make it its owner's only: chmod 600 " + shared},
+		{"file the group can read", []string{"--admin-token-file", group}, nil, "mode 0640"},
 	} {
 		args := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db}, tt.args...)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a serve that starts stops
@@ -434,6 +516,17 @@ func TestAdminTokenSources(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("run = %v, want nil after shutdown", err)
+	}
+}
+
+// The token is trimmed wherever it comes from, and counted in characters:
+// 32 two-byte ones are enough.
+func TestAdminTokenTrimmedAndCountedInCharacters(t *testing.T) {
+	for _, tok := range []string{" \t0123456789abcdef0123456789abcdef\n", strings.Repeat("é", 32)} {
+		c := config{adminToken: tok}
+		if err := c.readAdminToken(true); err != nil || c.adminToken != strings.TrimSpace(tok) {
+			t.Errorf("readAdminToken(%q) = %v, token %q, want nil, %q", tok, err, c.adminToken, strings.TrimSpace(tok))
+		}
 	}
 }
 

@@ -9,10 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/oncepay/oncepay/internal/batchlog"
 	"github.com/oncepay/oncepay/metrics"
@@ -38,6 +41,7 @@ type config struct {
 	stripeWebhookKey  string // only ever from STRIPE_WEBHOOK_SECRET, never a flag
 	simWebhookSecret  string
 	demo              bool
+	public            bool // demo on an address other than loopback
 	simDB             string
 	simFaults         sim.Faults
 	providerTimeout   time.Duration
@@ -105,8 +109,11 @@ func (c *config) registerProvider(fs *flag.FlagSet) {
 
 func (c *config) registerServe(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on (loopback unless you say otherwise)")
+	if c.demo {
+		fs.BoolVar(&c.public, "public", false, "let demo listen on an --addr other than loopback, opening its admin page, ledger, fault knobs and payments without a key to the network")
+	}
 	fs.StringVar(&c.adminToken, "admin-token", "", "credential of the admin page and GET /v1/attempts (serve), at least 32 characters; empty keeps them closed. As a flag it shows in ps: prefer the environment variable or --admin-token-file")
-	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "file holding the admin token (a systemd credential, say: $CREDENTIALS_DIRECTORY/admin-token); instead of --admin-token")
+	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "file holding the admin token, readable by its owner only (a systemd credential, say: $CREDENTIALS_DIRECTORY/admin-token); instead of --admin-token")
 	c.registerRetention(fs)
 	fs.StringVar(&c.reconcileSchedule, "reconcile-schedule", "@every 1m", "cron schedule of reconcile (UTC), or off")
 	fs.StringVar(&c.purgeSchedule, "purge-schedule", "@every 10m", "cron schedule of purge (UTC), or off")
@@ -124,6 +131,9 @@ func (c *config) registerRetention(fs *flag.FlagSet) {
 func (c *config) validate() error {
 	if err := c.offline.validate(); err != nil {
 		return err
+	}
+	if c.demo && !c.public && !loopback(c.addr) {
+		return fmt.Errorf("demo opens its admin page, the ledger, the fault knobs and payments without a key to anyone who can reach it, and --addr %s is not loopback: listen on 127.0.0.1, or give --public (ONCEPAY_PUBLIC=true) to open it to the network", c.addr)
 	}
 	if c.lease <= c.providerTimeout {
 		return fmt.Errorf("--lease (%s) must exceed --provider-timeout (%s): a retry must not take over a call still running", c.lease, c.providerTimeout)
@@ -154,6 +164,20 @@ func (c *config) validate() error {
 		return fmt.Errorf("--retention (%s) must not exceed Stripe's idempotency key window (%s): a retry after oncepay forgot its key would reach Stripe as a new payment", c.retention, stripe.KeyWindow)
 	}
 	return nil
+}
+
+// loopback reports whether addr is reachable from this machine only:
+// 127.0.0.0/8, ::1 or localhost. An empty host (":8080") is every address.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // openStripe makes the Stripe provider, refuses a key Stripe refuses, and
@@ -193,13 +217,16 @@ func (c *config) openStripe(ctx context.Context, log *slog.Logger) (*stripe.Clie
 const minAdminTokenLen = 32
 
 // readAdminToken reads the admin token from --admin-token-file, if given,
-// and, for serve (strict), refuses a token too short to be a secret.
+// trims it wherever it came from, and, for serve (strict), refuses one that
+// is no secret: blank, too short (in characters, not bytes), or with
+// whitespace or control characters inside, which a pasted line break or tab
+// would leave and a browser's password field cannot send.
 func (c *config) readAdminToken(strict bool) error {
 	if c.adminTokenFile != "" {
 		if c.adminToken != "" {
 			return errors.New("--admin-token and --admin-token-file (or their ONCEPAY_ variables) are both set: give one")
 		}
-		b, err := os.ReadFile(c.adminTokenFile)
+		b, err := readSecretFile(c.adminTokenFile)
 		if err != nil {
 			return fmt.Errorf("--admin-token-file: %w", err)
 		}
@@ -207,10 +234,45 @@ func (c *config) readAdminToken(strict bool) error {
 			return fmt.Errorf("--admin-token-file %s is empty", c.adminTokenFile)
 		}
 	}
-	if strict && c.adminToken != "" && len(c.adminToken) < minAdminTokenLen {
-		return fmt.Errorf("the admin token is %d characters, want at least %d: make one with \"head -c 32 /dev/urandom | base64\"", len(c.adminToken), minAdminTokenLen)
+	given := c.adminToken != ""
+	c.adminToken = strings.TrimSpace(c.adminToken)
+	if !strict || !given {
+		return nil
+	}
+	const howTo = `make one with "head -c 32 /dev/urandom | base64"`
+	if c.adminToken == "" {
+		return errors.New("the admin token is blank: " + howTo)
+	}
+	for _, r := range c.adminToken {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return fmt.Errorf("the admin token has whitespace or a control character (%U) inside: %s", r, howTo)
+		}
+	}
+	if !utf8.ValidString(c.adminToken) {
+		return errors.New("the admin token is not valid UTF-8: " + howTo)
+	}
+	if n := utf8.RuneCountInString(c.adminToken); n < minAdminTokenLen {
+		return fmt.Errorf("the admin token is %d characters, want at least %d: %s", n, minAdminTokenLen, howTo)
 	}
 	return nil
+}
+
+// readSecretFile reads a file holding a secret, and refuses one that group
+// or others may read, as oncepay's own files are its owner's only.
+func readSecretFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%s is mode %04o: group or others have access to it; make it its owner's only: chmod 600 %s", path, perm, path)
+	}
+	return io.ReadAll(f)
 }
 
 // app is an open oncepay: its store, its provider, and the flow over them.
@@ -431,6 +493,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		handler = slog.NewTextHandler(logs, &slog.HandlerOptions{Level: cfg.logLevel})
 	}
 	log := slog.New(handler)
+	if demo && !loopback(cfg.addr) {
+		log.Warn("DEMO ON THE NETWORK: anyone who can reach this address can open the admin page, read the ledger, set the fault knobs and make payments without a key", "addr", cfg.addr)
+	}
 
 	a, err := cfg.open(ctx, log)
 	if err != nil {

@@ -67,7 +67,10 @@ func (s *server) adminAuth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if s.Admin.Token != "" { // with no token there is nothing to guess
+		// With no token there is nothing to guess, and a request with no
+		// credential guesses nothing: a browser's first request has none,
+		// and counting it would let anyone lock the admin out of an address.
+		if s.Admin.Token != "" && r.Header.Get("Authorization") != "" {
 			s.adminFailures.fail(client, now)
 		}
 		detail := "Send the admin token (HTTP Basic password, or Authorization: Bearer)."

@@ -204,36 +204,102 @@ func TestFailureLimiter(t *testing.T) {
 		t.Errorf("another address waits %v, want 0", w)
 	}
 
-	// Below the bound a client stays known, refilled or not; at the bound
-	// the refilled ones are forgotten, and if none is, all are.
+	// Below the bound a client stays known, refilled or not.
 	l = newFailureLimiter(1, time.Second)
 	l.fail("a", t0)
 	l.fail("b", t0.Add(time.Hour)) // a has long refilled
 	if len(l.clients) != 2 {
 		t.Errorf("clients below the bound = %d, want 2", len(l.clients))
 	}
-	l.clients = map[string]*failureBucket{}
-	for i := range maxLimitedClients {
-		l.clients[strconv.Itoa(i)] = &failureBucket{left: 0, at: t0}
+}
+
+// A spray of addresses does not give a locked-out client its tries back:
+// issue 28's probe locked one address out, then failed once from each of
+// 10,001 others in 4.7 s, and the limiter forgot everyone.
+func TestFailureLimiterSprayKeepsLockOut(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	l := newFailureLimiter(adminFailureBurst, adminFailureEvery)
+	for range adminFailureBurst {
+		l.fail("192.0.2.1", t0)
 	}
-	l.fail("new", t0)
-	if len(l.clients) != 1 {
-		t.Errorf("clients after a new one at the bound, none refilled = %d, want 1 (the new one)", len(l.clients))
+	var now time.Time
+	for i := range maxLimitedClients + 1 {
+		now = t0.Add(time.Duration(i) * 470 * time.Microsecond)
+		l.fail("10.0."+strconv.Itoa(i/256)+"."+strconv.Itoa(i%256), now)
+	}
+	if got, want := l.wait("192.0.2.1", now), adminFailureEvery-now.Sub(t0); got != want {
+		t.Errorf("locked-out client's wait after the spray = %v, want %v", got, want)
+	}
+	if got := len(l.clients); got != maxLimitedClients {
+		t.Errorf("clients after the spray = %d, want the bound, %d", got, maxLimitedClients)
+	}
+}
+
+// At the bound the limiter forgets the unlocked client nearest to having
+// all its tries back; when every client is locked out, a new one is not
+// tracked, and waits as long as the first of them.
+func TestFailureLimiterAtTheBound(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	l := newFailureLimiter(3, time.Second)
+	l.max = 3
+	for i, c := range []string{"a", "b", "c"} {
+		for range i + 1 {
+			l.fail(c, t0) // a and b may still try, c is locked out
+		}
+	}
+	l.fail("d", t0)
+	if _, ok := l.clients["a"]; ok || len(l.clients) != 3 {
+		t.Errorf("clients after d = %v, want a forgotten (the nearest to a full bucket)", l.clients)
+	}
+
+	l = newFailureLimiter(1, time.Second)
+	l.max = 3
+	for _, c := range []string{"a", "b", "c"} {
+		l.fail(c, t0.Add(-500*time.Millisecond))
+	}
+	now := t0.Add(-400 * time.Millisecond)
+	if got, want := l.wait("d", now), 900*time.Millisecond; got != want {
+		t.Errorf("new client's wait with every client locked out = %v, want %v", got, want)
+	}
+	l.fail("d", now)
+	if _, ok := l.clients["d"]; ok || len(l.clients) != 3 {
+		t.Errorf("clients after d with every client locked out = %v, want a, b and c", l.clients)
+	}
+	for _, c := range []string{"a", "b", "c"} {
+		if w := l.wait(c, now); w == 0 {
+			t.Errorf("%s may try after d's failure, want it still locked out", c)
+		}
+	}
+	now = t0.Add(500 * time.Millisecond) // a, b and c have their try back
+	if w := l.wait("d", now); w != 0 {
+		t.Errorf("new client's wait once the others are unlocked = %v, want 0", w)
+	}
+	l.fail("d", now)
+	if _, ok := l.clients["d"]; !ok || len(l.clients) != 1 {
+		t.Errorf("clients after d once the others are refilled = %v, want d alone", l.clients)
 	}
 }
 
 // The limit goes by the connection's address, never its port (a new
-// connection would be a new client) nor a header the client sets.
+// connection would be a new client) nor a header the client sets; an IPv6
+// client by its /64, whose every address one host may take.
 func TestClientAddr(t *testing.T) {
 	r := httptest.NewRequest("GET", "/admin", nil)
-	r.RemoteAddr = "192.0.2.7:51234"
 	r.Header.Set("X-Forwarded-For", "198.51.100.1")
-	if got := clientAddr(r); got != "192.0.2.7" {
-		t.Errorf("clientAddr = %q, want 192.0.2.7", got)
-	}
-	r.RemoteAddr = "not an address"
-	if got := clientAddr(r); got != "not an address" {
-		t.Errorf("clientAddr of an unparsable address = %q, want it as it is", got)
+	for _, tt := range []struct{ remote, want string }{
+		{"192.0.2.7:51234", "192.0.2.7"},
+		{"[::ffff:192.0.2.7]:51234", "192.0.2.7"},
+		{"[2001:db8:1:2::7]:51234", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:2:ffff:ffff:ffff:ffff]:443", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:3::7]:51234", "2001:db8:1:3::/64"},
+		{"[fe80::1%eth0]:51234", "fe80::/64"},
+		{"[::1]:51234", "::/64"},
+		{"not an address", "not an address"},
+	} {
+		r.RemoteAddr = tt.remote
+		if got := clientAddr(r); got != tt.want {
+			t.Errorf("clientAddr of %s = %q, want %q", tt.remote, got, tt.want)
+		}
 	}
 }
 
@@ -247,7 +313,7 @@ func TestFailureLimiterForgetsOnlyRefilled(t *testing.T) {
 		if i%2 == 0 {
 			at = t0.Add(-time.Second) // exactly one period ago: the failure is back
 		}
-		l.clients[strconv.Itoa(i)] = &failureBucket{left: 0, at: at}
+		l.fail(strconv.Itoa(i), at)
 	}
 	l.fail("new", t0)
 	if got, want := len(l.clients), maxLimitedClients/2+1; got != want {

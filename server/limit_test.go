@@ -65,3 +65,24 @@ func TestAdminFailuresSlowedDown(t *testing.T) {
 		t.Errorf("right token a minute later = %d, want 200", r.Status)
 	}
 }
+
+// A request with no credential at all is no guess: any number of them
+// leaves the admin's own tries (behind a proxy, everyone's) untouched.
+func TestAdminRequestsWithoutCredentialNotCounted(t *testing.T) {
+	const token = "limit-admin-token-0123456789abcdef"
+	e := newEnv(t, envOptions{auth: true, adminToken: token})
+	for i := range 2 * 10 {
+		if r := e.do("GET", "/admin", nil); r.Status != 401 {
+			t.Fatalf("request %d with no credential = %d, want 401", i+1, r.Status)
+		}
+	}
+	if r := e.do("GET", "/v1/attempts", nil, "Authorization", "Bearer "+token); r.Status != 200 {
+		t.Errorf("right token after 20 requests with no credential = %d, want 200", r.Status)
+	}
+	for range 10 {
+		e.do("GET", "/admin", nil, "Authorization", basic("admin", ""))
+	}
+	if r := e.do("GET", "/v1/attempts", nil, "Authorization", "Bearer "+token); r.Status != 429 {
+		t.Errorf("right token after 10 empty Basic passwords = %d, want 429 (an empty password is a guess)", r.Status)
+	}
+}
