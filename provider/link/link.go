@@ -105,12 +105,16 @@ func (l *Link) State() string { return linkState(l.cb.State()) }
 // Down reports whether calls are refused now without being made.
 func (l *Link) Down() bool { return l.cb.State() != gobreaker.StateClosed }
 
-// call runs fn through the breaker: not at all, with ErrLinkDown, while
-// the breaker is open or another call is its probe.
-func call[T any](l *Link, fn func() (T, error)) (T, error) {
+// call runs fn through the breaker: not at all, with ErrLinkDown, unless
+// the link is up. Only Probe is let through a link that is down: a till's
+// payment is never the probe that waits out a dead link's timeout.
+func call[T any](l *Link, probe bool, fn func() (T, error)) (T, error) {
+	var zero T
+	if !probe && l.cb.State() != gobreaker.StateClosed {
+		return zero, fmt.Errorf("%w (the circuit breaker is %s)", payment.ErrLinkDown, l.State())
+	}
 	done, err := l.cb.Allow()
 	if err != nil {
-		var zero T
 		return zero, fmt.Errorf("%w (%v)", payment.ErrLinkDown, err)
 	}
 	v, err := fn()
@@ -121,7 +125,10 @@ func call[T any](l *Link, fn func() (T, error)) (T, error) {
 // Probe asks the provider about a key that names nothing, if the breaker
 // lets one call through: the link comes back when it answers.
 func (l *Link) Probe(ctx context.Context) error {
-	_, _, err := l.Lookup(ctx, payment.LookupRequest{IdempotencyKey: "oncepay_link_probe", CreatedAt: time.Now()})
+	_, err := call(l, true, func() (struct{}, error) {
+		_, _, err := l.p.Lookup(ctx, payment.LookupRequest{IdempotencyKey: "oncepay_link_probe", CreatedAt: time.Now()})
+		return struct{}{}, err
+	})
 	return err
 }
 
@@ -145,7 +152,7 @@ func (l *Link) Run(ctx context.Context, interval time.Duration, timeout time.Dur
 }
 
 func (l *Link) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Charge, error) {
-	return call(l, func() (payment.Charge, error) { return l.p.Charge(ctx, req) })
+	return call(l, false, func() (payment.Charge, error) { return l.p.Charge(ctx, req) })
 }
 
 type found[T any] struct {
@@ -154,7 +161,7 @@ type found[T any] struct {
 }
 
 func (l *Link) Lookup(ctx context.Context, req payment.LookupRequest) (payment.Charge, bool, error) {
-	f, err := call(l, func() (found[payment.Charge], error) {
+	f, err := call(l, false, func() (found[payment.Charge], error) {
 		c, ok, err := l.p.Lookup(ctx, req)
 		return found[payment.Charge]{c, ok}, err
 	})
@@ -162,11 +169,11 @@ func (l *Link) Lookup(ctx context.Context, req payment.LookupRequest) (payment.C
 }
 
 func (l *Link) Refund(ctx context.Context, req payment.ProviderRefundRequest) (payment.ProviderRefund, error) {
-	return call(l, func() (payment.ProviderRefund, error) { return l.p.Refund(ctx, req) })
+	return call(l, false, func() (payment.ProviderRefund, error) { return l.p.Refund(ctx, req) })
 }
 
 func (l *Link) LookupRefund(ctx context.Context, req payment.RefundLookup) (payment.ProviderRefund, bool, error) {
-	f, err := call(l, func() (found[payment.ProviderRefund], error) {
+	f, err := call(l, false, func() (found[payment.ProviderRefund], error) {
 		r, ok, err := l.p.LookupRefund(ctx, req)
 		return found[payment.ProviderRefund]{r, ok}, err
 	})
