@@ -3,6 +3,10 @@
 // the guarded record, reconcile), refunds.pml, refunds racing on one payment
 // through the same flow (the claim that checks and reserves the amount, the
 // record that turns the reservation into refunded money or gives it back),
-// and the tests that check both exhaustively with spin and keep their step
+// forward.pml, the forward queue of a payment taken while the provider was
+// unreachable (forwarders that claim it with a lease and a fence, ask the
+// provider first, charge only while their lease ends before the max age, and
+// settle under their fence, at a provider that does not dedupe), and the
+// tests that check all three exhaustively with spin and keep their step
 // tables in step with the Go code.
 package model

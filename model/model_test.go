@@ -16,10 +16,12 @@ import (
 	"time"
 )
 
-// The models: the payment protocol, and refunds racing on one payment.
+// The models: the payment protocol, refunds racing on one payment, and the
+// forward queue of payments taken offline.
 const (
 	modelFile   = "oncepay.pml"
 	refundsFile = "refunds.pml"
+	forwardFile = "forward.pml"
 )
 
 // A scope is one bound of the state space: how many clients, and how many
@@ -47,7 +49,7 @@ var (
 // The ltl blocks of oncepay.pml.
 var (
 	safety   = []string{"one_charge", "answers_match", "no_stale_write"}
-	liveness = []string{"settles", "clients_answered", "reservations_freed"}
+	liveness = []string{"settles", "clients_answered", "reservations_freed", "queue_empties"}
 	// witnesses each claim a state the protocol does reach is unreachable:
 	// a model that cannot pay, decline, take over or reconcile would pass
 	// every property above and prove nothing.
@@ -102,8 +104,31 @@ var (
 	}
 )
 
+// forward.pml: its scopes, properties, witnesses and known-bad variants.
+var (
+	// twoForwarders is its defaults: two forwarders, two crashes, two
+	// provider faults, one stall. The liveness search is checked in it too.
+	twoForwarders = scope{"two-forwarders", nil}
+	// threeForwarders races a third forwarder, with one of each fault.
+	threeForwarders = scope{"three-forwarders", []string{"-DNFWD=3", "-DMAXCRASH=1", "-DMAXFAULTS=1", "-DMAXSTALL=1"}}
+
+	forwardSafety    = []string{"one_charge", "expired_uncharged", "status_matches"}
+	forwardWitnesses = []string{"reach_charged", "reach_found_after_lost_answer", "reach_found_past_max_age",
+		"reach_declined", "reach_expired"}
+	forwardBadVariants = []variant{
+		{"CLAIM_NO_FENCE", []string{"one_charge", "expired_uncharged", "status_matches"}},
+		{"NO_LOOKUP_FIRST", []string{"one_charge", "expired_uncharged", "status_matches"}},
+		{"SETTLE_NO_FENCE", []string{"status_matches"}},
+		{"RELEASE_NO_FENCE", []string{"one_charge", "expired_uncharged", "status_matches"}},
+		{"CHARGE_NEAR_EXPIRY", []string{"expired_uncharged"}},
+		{"REACHED_NOT_SET_AT_CLAIM", []string{"one_charge", "status_matches"}},
+		{"STALL_BEFORE_CHARGE", []string{"one_charge", "expired_uncharged", "status_matches"}},
+		{"CLAIM_NULL_LEASE", []string{"queue_empties"}},
+	}
+)
+
 // TestModelHolds checks every property of the model exhaustively within
-// each scope: no error, and a search that completed. The three safety
+// each scope: no error, and a search that completed. A model's safety
 // properties are checked in one search (ltl safe); each of them alone is
 // what a bad variant must break.
 func TestModelHolds(t *testing.T) {
@@ -123,6 +148,9 @@ func TestModelHolds(t *testing.T) {
 		{refundsFile, twoRefundsFaults, "safe", strings.Join(refundSafety, ", ")},
 		{refundsFile, threeRefunds, "safe", strings.Join(refundSafety, ", ")},
 		{refundsFile, twoRefundsLive, "reservations_freed", "reservations_freed"},
+		{forwardFile, twoForwarders, "safe", strings.Join(forwardSafety, ", ")},
+		{forwardFile, threeForwarders, "safe", strings.Join(forwardSafety, ", ")},
+		{forwardFile, twoForwarders, "queue_empties", "queue_empties"},
 	}
 	for _, r := range runs {
 		t.Run(r.scope.name+"/"+r.prop, func(t *testing.T) {
@@ -146,7 +174,7 @@ func TestBadVariantsRefuted(t *testing.T) {
 	for _, m := range []struct {
 		file     string
 		variants []variant
-	}{{modelFile, badVariants}, {refundsFile, refundBadVariants}} {
+	}{{modelFile, badVariants}, {refundsFile, refundBadVariants}, {forwardFile, forwardBadVariants}} {
 		for _, v := range m.variants {
 			for _, prop := range v.kills {
 				t.Run(strings.TrimSuffix(m.file, ".pml")+"/"+v.flag+"/"+prop, func(t *testing.T) {
@@ -171,14 +199,16 @@ func TestBadVariantsRefuted(t *testing.T) {
 // TestModelReaches checks the models are not vacuous: spin reaches a paid
 // answer, a decline, a takeover that pays, and both reconcile outcomes; a
 // refund, a refusal, a decline whose reservation another refund then uses,
-// a takeover that refunds, and both reconcile outcomes of a refund.
+// a takeover that refunds, and both reconcile outcomes of a refund; a
+// queued payment succeeded by a forwarder's charge, by the lookup after a
+// lost answer and by the lookup past its max age, declined, and expired.
 func TestModelReaches(t *testing.T) {
 	t.Parallel()
 	tools := needTools(t)
 	for _, m := range []struct {
 		file      string
 		witnesses []string
-	}{{modelFile, witnesses}, {refundsFile, refundWitnesses}} {
+	}{{modelFile, witnesses}, {refundsFile, refundWitnesses}, {forwardFile, forwardWitnesses}} {
 		for _, w := range m.witnesses {
 			t.Run(strings.TrimSuffix(m.file, ".pml")+"/"+w, func(t *testing.T) {
 				t.Parallel()
