@@ -61,6 +61,9 @@
  * | settle          | sqlitestore.(*DB).Forwarded      | if n, err := res.RowsAffected(); err != nil                                               |
  * | settle          | sqlitestore.(*DB).Forwarded      | WHERE id = ? AND status = 'queued'                                                        |
  * | settle          | pgstore.(*DB).Forwarded          | WITH q AS (DELETE FROM forward_queue WHERE payment_id = $1 AND fence = $2                 |
+ * | lease-bound     | payment.(*Forwarder).outcome     | budget := min(s.ProviderTimeout, leaseUntil.Sub(s.Now()))                                 |
+ * | lease-bound     | payment.(*Forwarder).outcome     | if budget <= 0 {                                                                          |
+ * | lease-bound     | payment.(*Forwarder).forward     | f.outcome(ctx, *a, q, now, now.Add(s.Lease))                                              |
  * | crash           | payment.(*Forwarder).forward     | crashpoint.Hit("after-forward-claim")                                                     |
  * | crash           | payment.(*Forwarder).forward     | crashpoint.Hit("after-forward-charge")                                                    |
  * | provider-lookup | sim.(*Sim).Lookup                | s.byKey(ctx, req.IdempotencyKey)                                                          |
@@ -120,15 +123,14 @@
  *   F2 So a lease taken BEFORE, and every call made under it, ends by the
  *      max age: the clock passes E only when no such lease is still in its
  *      calls, and passing E ends such a lease.
- *   F1 is what serve's provider-timeout < lease and the forwarder's
- *   provider deadline (min(ProviderTimeout, Lease), begun after the claim)
- *   are for. The forwarder does not check, as own does for a request
- *   (lease-bound in oncepay.pml), that its lease is still live when it
- *   calls, nor end its deadline with the lease: a forwarder paused between
- *   its claim and its calls long enough for them to outlive its lease
- *   breaks F1, and STALL_BEFORE_CHARGE is that trail (a second charge at a
- *   provider that does not dedupe; a charge after the payment expired, at
- *   one that does too).
+ *   The code keeps F1 itself [lease-bound], as own does for a request
+ *   (lease-bound in oncepay.pml): the forwarder's provider deadline ends
+ *   with its lease, and a forwarder whose lease ran out between its claim
+ *   and its calls (a paused process) calls nothing and leaves the payment
+ *   queued (payment.TestForwarderPastItsLeaseDoesNotCall). Without that
+ *   guard, STALL_BEFORE_CHARGE is the trail: a second charge at a provider
+ *   that does not dedupe; a charge after the payment expired, at one that
+ *   does too.
  *   F0 The first call, made by the request that queued the payment, has
  *      landed or died before the payment is queued (its outcome is chosen at
  *      the start). A provider that dedupes makes a late one harmless; one
@@ -448,7 +450,9 @@ end:
 }
 
 /* The leases run out: a dead forwarder's once its request has landed or
- * died, a live one's only after its provider calls (F1), within MAXSTALL. */
+ * died, a live one's only after its provider calls (F1), within MAXSTALL:
+ * a forwarder whose lease ran out before its calls makes none, and its
+ * calls end with its lease [lease-bound]. */
 active proctype Leases() {
 end:
 	do

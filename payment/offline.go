@@ -298,7 +298,7 @@ func (f *Forwarder) forward(ctx context.Context, q Forward) (Status, error) {
 	if err != nil {
 		return "", err
 	}
-	o, err := f.outcome(ctx, *a, q, now)
+	o, err := f.outcome(ctx, *a, q, now, now.Add(s.Lease))
 	if err != nil {
 		s.Log.Warn("forward: left queued", "id", q.PaymentID, "err", err)
 		return Queued, s.Store.ReleaseForward(ctx, q.PaymentID, fence, err.Error(), s.Now())
@@ -321,11 +321,18 @@ var errNotYetExpired = errors.New("too close to its max age to charge; it expire
 // outcome asks the provider what becomes of q: found by key when a call may
 // have reached it (or when q expired), else charged now. A charge is made
 // only while its whole lease ends before the max age, so that no call is in
-// flight when the payment expires.
-func (f *Forwarder) outcome(ctx context.Context, a Attempt, q Forward, now time.Time) (Outcome, error) {
+// flight when the payment expires. Every call ends with the forwarder's
+// lease (leaseUntil), as a request's owner's does: a forwarder paused
+// between its claim and its call past its lease calls nothing, since
+// another may hold the payment by then.
+func (f *Forwarder) outcome(ctx context.Context, a Attempt, q Forward, now, leaseUntil time.Time) (Outcome, error) {
 	s := f.Service
 	op := payments{s}
-	pctx, cancel := context.WithTimeout(ctx, min(s.ProviderTimeout, s.Lease))
+	budget := min(s.ProviderTimeout, leaseUntil.Sub(s.Now()))
+	if budget <= 0 {
+		return Outcome{}, errLeaseRanOut
+	}
+	pctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	expired := !now.Before(q.ExpiresAt)
 	if q.Reached || expired {
