@@ -118,7 +118,7 @@ func (s *spec) unanswered(notProvoked func(method, path string, status int) stri
 }
 
 // clientHeaders are the response headers a client acts on.
-var clientHeaders = []string{"Idempotent-Replayed", "Retry-After", "WWW-Authenticate", "Allow", "Accept-Encoding"}
+var clientHeaders = []string{"Idempotent-Replayed", "Retry-After", "WWW-Authenticate", "Allow", "Accept-Encoding", "X-Request-Id"}
 
 // checkComponent validates a response no operation owns (an unknown route, a
 // method a path lacks) against the spec's shared response called name.
@@ -434,6 +434,26 @@ func otherAnswers(t *testing.T, e *env, scope, paid string, bearer []string) []a
 		return e.do("POST", refunds, body, append([]string{"Idempotency-Key", key, "Content-Type", contentType}, bearer...)...)
 	}
 
+	// A retry of a refund while the first request is still at the (slowed)
+	// provider.
+	refundInProgress := func() response {
+		e.Sim.SetFaults(sim.Faults{Latency: 300 * time.Millisecond})
+		defer e.Sim.SetFaults(sim.Faults{})
+		done := make(chan response)
+		go func() { done <- refund("spec-refund-slow", "application/json", []byte(`{"amount":100}`)) }()
+		for { // wait for the first request's claim
+			if _, err := e.DB.Attempt(ctx, scope, "spec-refund-slow"); err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		r := refund("spec-refund-slow", "application/json", []byte(`{"amount":100}`))
+		if first := <-done; first.Status != 201 {
+			t.Errorf("first refund of spec-refund-slow = %d %s, want 201", first.Status, first.Body)
+		}
+		return r
+	}()
+
 	// A merchant that takes payments offline, while the provider fails.
 	offScope, offSecret := e.apiKey("spec-offline")
 	if err := e.DB.SetOfflineLimits(ctx, offScope, &payment.OfflineLimits{MaxAmount: 1000, MaxTotal: 2500, MaxAge: time.Hour}); err != nil {
@@ -469,6 +489,7 @@ func otherAnswers(t *testing.T, e *env, scope, paid string, bearer []string) []a
 		{"list payments bad limit", "GET", "/v1/payments", get("/v1/payments?limit=0"), 400, payment.ProblemInvalidRequest},
 		{"list payments unauthorized", "GET", "/v1/payments", e.do("GET", "/v1/payments", nil), 401, payment.ProblemUnauthorized},
 		{"queued", "POST", "/v1/payments", queued, 202, ""},
+		{"refund in progress", "POST", refunds, refundInProgress, 409, payment.ProblemInProgress},
 		{"refund unauthorized", "POST", refunds, e.do("POST", refunds, []byte(`{}`), "Idempotency-Key", "spec-refund-noauth", "Content-Type", "application/json"), 401, payment.ProblemUnauthorized},
 		{"refund too large", "POST", refunds, refund("spec-refund-big-body", "application/json", []byte(`{"pad":"`+strings.Repeat("x", 70_000)+`"}`)), 413, payment.ProblemTooLarge},
 		{"refund unsupported media type", "POST", refunds, refund("spec-refund-text", "text/plain", []byte(`{}`)), 415, payment.ProblemUnsupportedMedia},
