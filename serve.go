@@ -111,7 +111,7 @@ func (c *config) registerServe(fs *flag.FlagSet) {
 	fs.StringVar(&c.reconcileSchedule, "reconcile-schedule", "@every 1m", "cron schedule of reconcile (UTC), or off")
 	fs.StringVar(&c.purgeSchedule, "purge-schedule", "@every 10m", "cron schedule of purge (UTC), or off")
 	fs.StringVar(&c.sweepSchedule, "webhook-sweep-schedule", "@every 1m", "cron schedule of the webhook inbox sweep (UTC), which applies events a dead processor left, or off")
-	fs.StringVar(&c.simWebhookSecret, "sim-webhook-secret", "", `secret ("whsec_...") of POST /v1/webhooks/sim, the simulated provider's signed events; with --provider sim it also makes the in-process provider send them (demo makes one up)`)
+	fs.StringVar(&c.simWebhookSecret, "sim-webhook-secret", "", `secret ("whsec_" and a key in base64) of POST /v1/webhooks/sim, the simulated provider's signed events; with --provider sim it also makes the in-process provider send them (demo makes one up)`)
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 }
 
@@ -431,6 +431,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		handler = slog.NewTextHandler(logs, &slog.HandlerOptions{Level: cfg.logLevel})
 	}
 	log := slog.New(handler)
+	if sim.ShortWebhookSecret(cfg.simWebhookSecret) {
+		log.Warn("--sim-webhook-secret: the key is shorter than 16 bytes; a longer one is harder to guess")
+	}
 
 	a, err := cfg.open(ctx, log)
 	if err != nil {
