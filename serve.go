@@ -547,6 +547,10 @@ func openSim(path string, faults sim.Faults) (*sim.Sim, error) {
 	return s, nil
 }
 
+// maxHeaderBytes bounds a request's line and headers together: past it Go's
+// server answers 431 before oncepay sees the request.
+const maxHeaderBytes = 16 << 10
+
 // serveHTTP serves h on ln until ctx ends, then shuts down gracefully:
 // requests in flight (a provider call among them) get to finish.
 func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, providerTimeout time.Duration, log *slog.Logger) error {
@@ -556,8 +560,10 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, providerTim
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      providerTimeout + 15*time.Second, // a write follows the provider call
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// net/http reads 4096 bytes past MaxHeaderBytes before it answers
+		// 431: this makes maxHeaderBytes the limit a client meets.
+		MaxHeaderBytes: maxHeaderBytes - 4096,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
