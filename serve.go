@@ -431,6 +431,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		handler = slog.NewTextHandler(logs, &slog.HandlerOptions{Level: cfg.logLevel})
 	}
 	log := slog.New(handler)
+	if processLog {
+		defer routeStdLog(log)()
+	}
 	if sim.ShortWebhookSecret(cfg.simWebhookSecret) {
 		log.Warn("--sim-webhook-secret: the key is shorter than 16 bytes; a longer one is harder to guess")
 	}
