@@ -583,3 +583,35 @@ func TestWebhookEndpointOfTheProvider(t *testing.T) {
 		}
 	}
 }
+
+// serve takes every form of --sim-webhook-secret the Standard Webhooks
+// libraries take (no "whsec_", unpadded base64, a key under 16 bytes, with
+// a warning), and still refuses one that is not base64. A port already
+// taken stops each run right after the configuration is accepted.
+func TestSimWebhookSecretForms(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, tt := range []struct {
+		secret      string
+		ok, warning bool
+	}{
+		{"whsec_MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM=", true, false}, // 23 bytes, padded
+		{"MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM=", true, false},
+		{"whsec_MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM", true, false},
+		{"whsec_c2hvcnQ=", true, true}, // "short"
+		{"whsec_not base64!", false, false},
+	} {
+		var logs strings.Builder
+		err := run(context.Background(), []string{"serve", "--addr", ln.Addr().String(), "--db", filepath.Join(t.TempDir(), "s.db"),
+			"--sim-webhook-secret", tt.secret}, env(nil), io.Discard, &logs)
+		if accepted := err != nil && strings.Contains(err.Error(), "address already in use"); accepted != tt.ok {
+			t.Errorf("serve --sim-webhook-secret %s = %v, want accepted %v", tt.secret, err, tt.ok)
+		}
+		if warned := strings.Contains(logs.String(), "shorter than 16 bytes"); warned != tt.warning {
+			t.Errorf("serve --sim-webhook-secret %s: warned of a short key %v, want %v:\n%s", tt.secret, warned, tt.warning, logs.String())
+		}
+	}
+}

@@ -118,7 +118,7 @@ func (c *config) registerServe(fs *flag.FlagSet) {
 	fs.StringVar(&c.reconcileSchedule, "reconcile-schedule", "@every 1m", "cron schedule of reconcile (UTC), or off")
 	fs.StringVar(&c.purgeSchedule, "purge-schedule", "@every 10m", "cron schedule of purge (UTC), or off")
 	fs.StringVar(&c.sweepSchedule, "webhook-sweep-schedule", "@every 1m", "cron schedule of the webhook inbox sweep (UTC), which applies events a dead processor left, or off")
-	fs.StringVar(&c.simWebhookSecret, "sim-webhook-secret", "", `secret ("whsec_...") of POST /v1/webhooks/sim, the simulated provider's signed events; with --provider sim it also makes the in-process provider send them (demo makes one up)`)
+	fs.StringVar(&c.simWebhookSecret, "sim-webhook-secret", "", `secret ("whsec_" and a key in base64) of POST /v1/webhooks/sim, the simulated provider's signed events; with --provider sim it also makes the in-process provider send them (demo makes one up)`)
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 }
 
@@ -493,8 +493,14 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		handler = slog.NewTextHandler(logs, &slog.HandlerOptions{Level: cfg.logLevel})
 	}
 	log := slog.New(handler)
+	if processLog {
+		defer routeStdLog(log)()
+	}
 	if demo && !loopback(cfg.addr) {
 		log.Warn("DEMO ON THE NETWORK: anyone who can reach this address can open the admin page, read the ledger, set the fault knobs and make payments without a key", "addr", cfg.addr)
+	}
+	if sim.ShortWebhookSecret(cfg.simWebhookSecret) {
+		log.Warn("--sim-webhook-secret: the key is shorter than 16 bytes; a longer one is harder to guess")
 	}
 
 	a, err := cfg.open(ctx, log)
@@ -609,6 +615,10 @@ func openSim(path string, faults sim.Faults) (*sim.Sim, error) {
 	return s, nil
 }
 
+// maxHeaderBytes bounds a request's line and headers together: past it Go's
+// server answers 431 before oncepay sees the request.
+const maxHeaderBytes = 16 << 10
+
 // serveHTTP serves h on ln until ctx ends, then shuts down gracefully:
 // requests in flight (a provider call among them) get to finish.
 func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, providerTimeout time.Duration, log *slog.Logger) error {
@@ -618,8 +628,10 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, providerTim
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      providerTimeout + 15*time.Second, // a write follows the provider call
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// net/http reads 4096 bytes past MaxHeaderBytes before it answers
+		// 431: this makes maxHeaderBytes the limit a client meets.
+		MaxHeaderBytes: maxHeaderBytes - 4096,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

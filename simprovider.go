@@ -45,6 +45,9 @@ func runSimProvider(ctx context.Context, args []string, getenv func(string) stri
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if processLog {
+		defer routeStdLog(log)()
+	}
 	log.Info("simulated provider listening", "url", "http://"+ln.Addr().String(), "ledger", db)
 	return serveHTTP(ctx, ln, s.Handler(), 5*time.Second, log)
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +28,9 @@ type spec struct {
 	t      *testing.T
 	doc    *openapi3.T
 	router routers.Router
+	// answered is every "METHOD /path status" of the document that a real
+	// response was checked against.
+	answered map[string]bool
 }
 
 // loadSpec fetches /openapi.yaml from e, checks it is the embedded document,
@@ -51,7 +56,7 @@ func loadSpec(t *testing.T, e *env) *spec {
 	if err != nil {
 		t.Fatalf("route spec: %v", err)
 	}
-	return &spec{t: t, doc: doc, router: router}
+	return &spec{t: t, doc: doc, router: router, answered: map[string]bool{}}
 }
 
 // check validates one real response to method path against the operation
@@ -71,6 +76,11 @@ func (s *spec) check(name, method, path string, r response) {
 		Options:                &openapi3filter.Options{IncludeResponseStatus: true},
 	}
 	in.SetBodyBytes(r.Body)
+	s.answered[fmt.Sprintf("%s %s %d", route.Method, route.Path, r.Status)] = true
+	if method == "HEAD" && route.Operation.Responses.Status(r.Status) == nil {
+		// The validator passes every HEAD answer: check its status here.
+		s.t.Errorf("%s: HEAD %s answered %d, which the spec does not list", name, path, r.Status)
+	}
 	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
 		s.t.Errorf("%s: %s %s answered %d %.300s, which the spec does not allow: %v", name, method, path, r.Status, bytes.TrimSpace(r.Body), err)
 	}
@@ -85,8 +95,30 @@ func (s *spec) check(name, method, path string, r response) {
 	}
 }
 
+// unanswered reports every status the document lists for an operation that
+// no checked response gave, unless notProvoked says why no test can cause
+// it: the document lists nothing the server was not seen to answer.
+func (s *spec) unanswered(notProvoked func(method, path string, status int) string) {
+	s.t.Helper()
+	for path, item := range s.doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			for code := range op.Responses.Map() {
+				status, err := strconv.Atoi(code)
+				if err != nil {
+					s.t.Errorf("%s %s lists response %q, not a status", method, path, code)
+					continue
+				}
+				key := fmt.Sprintf("%s %s %d", method, path, status)
+				if !s.answered[key] && notProvoked(method, path, status) == "" {
+					s.t.Errorf("%s: no response checked against it; provoke it in this test, or say in notProvoked why none can", key)
+				}
+			}
+		}
+	}
+}
+
 // clientHeaders are the response headers a client acts on.
-var clientHeaders = []string{"Idempotent-Replayed", "Retry-After", "WWW-Authenticate", "Allow", "Accept-Encoding"}
+var clientHeaders = []string{"Idempotent-Replayed", "Retry-After", "WWW-Authenticate", "Allow", "Accept-Encoding", "X-Request-Id"}
 
 // checkComponent validates a response no operation owns (an unknown route, a
 // method a path lacks) against the spec's shared response called name.
@@ -175,13 +207,9 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		return refund(createdID, "spec-refund-unknown", `{"amount":100}`)
 	}()
 
-	tests := []struct {
-		name         string
-		method, path string
-		r            response
-		status       int
-		problem      string // "" for a success
-	}{
+	other := otherAnswers(t, e, scope, createdID, bearer)
+
+	tests := []answerCase{
 		{"created", "POST", "/v1/payments", created, 201, ""},
 		{"replayed", "POST", "/v1/payments", replayed, 201, ""},
 		{"invalid request", "POST", "/v1/payments", pay("spec-bad", `{"amount":"1"}`), 400, payment.ProblemInvalidRequest},
@@ -242,6 +270,8 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"admin events bad filter", "GET", "/admin/events", admin("/admin/events?state=nope"), 400, payment.ProblemInvalidRequest},
 		{"sim bad faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":2,"fail_after_charge":0,"fail_lookup":0}`), "Authorization", "Bearer spec-admin"), 400, payment.ProblemInvalidRequest},
 	}
+	tests = append(tests, other...)
+	tests = append(tests, demoAnswers(t)...)
 	seen := map[string]bool{}
 	for _, tt := range tests {
 		if tt.r.Status != tt.status || tt.r.problemType() != tt.problem {
@@ -290,6 +320,23 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		seen[payment.ProblemTooManyRequests] = true
 	}
 
+	// Every route behind the admin credential: 401 where the admin surface
+	// is closed, 429 here now that this address is locked out.
+	closed := newEnv(t, envOptions{auth: true})
+	for _, op := range adminOperations(s.doc) {
+		if r := closed.do(op.method, op.path, nil); r.Status != 401 || r.problemType() != payment.ProblemUnauthorized && op.method != "HEAD" {
+			t.Errorf("%s %s with the admin surface closed = %d %s, want 401", op.method, op.path, r.Status, r.Body)
+		} else {
+			s.check("admin closed", op.method, op.path, r)
+		}
+		if r := e.do(op.method, op.path, nil, "Authorization", "Bearer spec-admin"); r.Status != 429 || r.Header.Get("Retry-After") == "" {
+			t.Errorf("%s %s when locked out = %d %s, want 429 with Retry-After", op.method, op.path, r.Status, r.Body)
+		} else {
+			s.check("admin locked out", op.method, op.path, r)
+		}
+	}
+	s.unanswered(notProvoked)
+
 	// The spec's problem types are exactly the code's, and every one the
 	// server can answer without a bug was answered above.
 	codeTypes := []string{
@@ -320,6 +367,219 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 			t.Errorf("the spec's ProblemType has %s, which the code does not define", p)
 		}
 	}
+}
+
+// answerCase is a real response and what it should be.
+type answerCase struct {
+	name         string
+	method, path string
+	r            response
+	status       int
+	problem      string // "" for a success
+}
+
+// notProvoked says why no test can provoke status on method path, or "" if
+// one does.
+func notProvoked(method, path string, status int) string {
+	switch {
+	case status == 500:
+		return "a bug: nothing a client or the environment does may cause a 500"
+	case status == 503 && (method == "GET" || method == "HEAD") && !strings.HasPrefix(path, "/demo"):
+		return "a read does not wait for the writer: only a failing disk answers 503 here"
+	case method == "GET" && path == "/admin/events" && status == 404:
+		return "only with no webhook inbox, which serve and demo always have"
+	}
+	return ""
+}
+
+// adminOperation is a request to an operation behind the admin credential,
+// its path parameters filled in.
+type adminOperation struct{ method, path string }
+
+// adminOperations are every operation of doc behind the admin credential.
+func adminOperations(doc *openapi3.T) []adminOperation {
+	var ops []adminOperation
+	for _, path := range doc.Paths.InMatchingOrder() {
+		for method, op := range doc.Paths.Value(path).Operations() {
+			if op.Security == nil || !slices.ContainsFunc(*op.Security, func(r openapi3.SecurityRequirement) bool { return r["adminBearer"] != nil }) {
+				continue
+			}
+			filled := path
+			for _, p := range []string{"{id}", "{provider}", "{file}"} {
+				filled = strings.ReplaceAll(filled, p, "x")
+			}
+			ops = append(ops, adminOperation{method, filled})
+		}
+	}
+	slices.SortFunc(ops, func(a, b adminOperation) int { return strings.Compare(a.method+a.path, b.method+b.path) })
+	return ops
+}
+
+// otherAnswers are the answers of the routes beyond creating and reading
+// payments: listing, the admin surface's own answers, the simulated
+// provider's HEADs and the refunds' media checks. They run after the
+// refund problems, whose reconcile pass must find only their attempt.
+func otherAnswers(t *testing.T, e *env, scope, paid string, bearer []string) []answerCase {
+	t.Helper()
+	ctx := context.Background()
+	e.Client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	adminAuth := []string{"Authorization", "Bearer spec-admin"}
+	admin := func(method, path string, headers ...string) response {
+		return e.do(method, path, nil, append(headers, adminAuth...)...)
+	}
+	get := func(path string) response { return e.do("GET", path, nil, bearer...) }
+	crossSite := []string{"Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"}
+	refunds := "/v1/payments/" + paid + "/refunds"
+	refund := func(key, contentType string, body []byte) response {
+		return e.do("POST", refunds, body, append([]string{"Idempotency-Key", key, "Content-Type", contentType}, bearer...)...)
+	}
+
+	// A retry of a refund while the first request is still at the (slowed)
+	// provider.
+	refundInProgress := func() response {
+		e.Sim.SetFaults(sim.Faults{Latency: 300 * time.Millisecond})
+		defer e.Sim.SetFaults(sim.Faults{})
+		done := make(chan response)
+		go func() { done <- refund("spec-refund-slow", "application/json", []byte(`{"amount":100}`)) }()
+		for { // wait for the first request's claim
+			if _, err := e.DB.Attempt(ctx, scope, "spec-refund-slow"); err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		r := refund("spec-refund-slow", "application/json", []byte(`{"amount":100}`))
+		if first := <-done; first.Status != 201 {
+			t.Errorf("first refund of spec-refund-slow = %d %s, want 201", first.Status, first.Body)
+		}
+		return r
+	}()
+
+	// A merchant that takes payments offline, while the provider fails.
+	offScope, offSecret := e.apiKey("spec-offline")
+	if err := e.DB.SetOfflineLimits(ctx, offScope, &payment.OfflineLimits{MaxAmount: 1000, MaxTotal: 2500, MaxAge: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	e.Sim.SetFaults(sim.Faults{FailBeforeCharge: 1})
+	queued := e.pay("spec-queued", visa, "Authorization", "Bearer "+offSecret)
+	e.Sim.SetFaults(sim.Faults{})
+
+	// Attempts abandoned long ago, for reconcile to settle.
+	stale := func(key string) string {
+		req, err := payment.ParseRequest([]byte(visa))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := payment.NewAttempt(scope, key, req, time.Now().Add(-time.Hour), 0)
+		if ok, err := e.DB.Claim(ctx, &a); !ok || err != nil {
+			t.Fatalf("Claim = %v, %v", ok, err)
+		}
+		return a.ID
+	}
+	staleOne := stale("spec-stale-one")
+	reconcileOne := "/admin/attempts/" + staleOne + "/reconcile"
+	lockedOne := whileLocked(t, e, func() response { return admin("POST", reconcileOne) })
+	reconciledOne := admin("POST", reconcileOne)
+	stale("spec-stale-all")
+	lockedAll := whileLocked(t, e, func() response { return admin("POST", "/admin/reconcile") })
+	lockedForward := whileLocked(t, e, func() response { return admin("POST", "/admin/forward") })
+	lockedRedeliver := whileLocked(t, e, func() response { return admin("POST", "/admin/events/sim/msg_spec_held/redeliver") })
+
+	return []answerCase{
+		{"list payments", "GET", "/v1/payments", get("/v1/payments?limit=2"), 200, ""},
+		{"list payments bad limit", "GET", "/v1/payments", get("/v1/payments?limit=0"), 400, payment.ProblemInvalidRequest},
+		{"list payments unauthorized", "GET", "/v1/payments", e.do("GET", "/v1/payments", nil), 401, payment.ProblemUnauthorized},
+		{"queued", "POST", "/v1/payments", queued, 202, ""},
+		{"refund in progress", "POST", refunds, refundInProgress, 409, payment.ProblemInProgress},
+		{"refund unauthorized", "POST", refunds, e.do("POST", refunds, []byte(`{}`), "Idempotency-Key", "spec-refund-noauth", "Content-Type", "application/json"), 401, payment.ProblemUnauthorized},
+		{"refund too large", "POST", refunds, refund("spec-refund-big-body", "application/json", []byte(`{"pad":"`+strings.Repeat("x", 70_000)+`"}`)), 413, payment.ProblemTooLarge},
+		{"refund unsupported media type", "POST", refunds, refund("spec-refund-text", "text/plain", []byte(`{}`)), 415, payment.ProblemUnsupportedMedia},
+		{"refund of everything left, no body", "POST", refunds, e.do("POST", refunds, nil, append([]string{"Idempotency-Key", "spec-refund-rest"}, bearer...)...), 201, ""},
+		{"list refunds unauthorized", "GET", refunds, e.do("GET", refunds, nil), 401, payment.ProblemUnauthorized},
+		{"list refunds of an unknown payment", "GET", "/v1/payments/pay_NOPE/refunds", get("/v1/payments/pay_NOPE/refunds"), 404, payment.ProblemNotFound},
+		{"admin page slash", "GET", "/admin/", admin("GET", "/admin/"), 200, ""},
+		{"admin page bad filter", "GET", "/admin", admin("GET", "/admin?status=nope"), 400, payment.ProblemInvalidRequest},
+		{"admin page slash bad filter", "GET", "/admin/", admin("GET", "/admin/?offset=-1"), 400, payment.ProblemInvalidRequest},
+		{"admin reconcile one, locked", "POST", reconcileOne, lockedOne, 503, payment.ProblemUnavailable},
+		{"admin reconcile one", "POST", reconcileOne, reconciledOne, 303, ""},
+		{"admin reconcile one unknown", "POST", "/admin/attempts/pay_NOPE/reconcile", admin("POST", "/admin/attempts/pay_NOPE/reconcile"), 404, payment.ProblemNotFound},
+		{"admin reconcile one cross-origin", "POST", reconcileOne, admin("POST", reconcileOne, crossSite...), 403, payment.ProblemCrossOrigin},
+		{"admin reconcile, locked", "POST", "/admin/reconcile", lockedAll, 503, payment.ProblemUnavailable},
+		{"admin reconcile", "POST", "/admin/reconcile", admin("POST", "/admin/reconcile"), 303, ""},
+		{"admin queue", "GET", "/admin/queue", admin("GET", "/admin/queue"), 200, ""},
+		{"admin forward, locked", "POST", "/admin/forward", lockedForward, 503, payment.ProblemUnavailable},
+		{"admin forward", "POST", "/admin/forward", admin("POST", "/admin/forward"), 303, ""},
+		{"admin forward cross-origin", "POST", "/admin/forward", admin("POST", "/admin/forward", crossSite...), 403, payment.ProblemCrossOrigin},
+		{"admin redeliver, locked", "POST", "/admin/events/sim/msg_spec_held/redeliver", lockedRedeliver, 503, payment.ProblemUnavailable},
+		{"admin redeliver", "POST", "/admin/events/sim/msg_spec_held/redeliver", admin("POST", "/admin/events/sim/msg_spec_held/redeliver"), 303, ""},
+		{"admin redeliver processed", "POST", "/admin/events/sim/msg_spec_ok/redeliver", admin("POST", "/admin/events/sim/msg_spec_ok/redeliver"), 400, payment.ProblemInvalidRequest},
+		{"admin redeliver unknown", "POST", "/admin/events/sim/msg_NOPE/redeliver", admin("POST", "/admin/events/sim/msg_NOPE/redeliver"), 404, payment.ProblemNotFound},
+		{"admin redeliver cross-origin", "POST", "/admin/events/sim/msg_spec_held/redeliver", admin("POST", "/admin/events/sim/msg_spec_held/redeliver", crossSite...), 403, payment.ProblemCrossOrigin},
+		{"admin static", "GET", "/admin/static/admin.css", admin("GET", "/admin/static/admin.css"), 200, ""},
+		{"admin static head", "HEAD", "/admin/static/admin.css", admin("HEAD", "/admin/static/admin.css"), 200, ""},
+		{"admin static unknown", "GET", "/admin/static/nope.css", admin("GET", "/admin/static/nope.css"), 404, payment.ProblemNotFound},
+		{"admin static head unknown", "HEAD", "/admin/static/nope.css", admin("HEAD", "/admin/static/nope.css"), 404, ""},
+		{"metrics", "GET", "/metrics", admin("GET", "/metrics"), 200, ""},
+		{"sim ledger head", "HEAD", "/sim/charges", admin("HEAD", "/sim/charges"), 200, ""},
+		{"sim refunds", "GET", "/sim/refunds", admin("GET", "/sim/refunds"), 200, ""},
+		{"sim refunds head", "HEAD", "/sim/refunds", admin("HEAD", "/sim/refunds"), 200, ""},
+		{"sim calls head", "HEAD", "/sim/calls", admin("HEAD", "/sim/calls"), 200, ""},
+		{"sim faults head", "HEAD", "/sim/faults", admin("HEAD", "/sim/faults"), 200, ""},
+	}
+}
+
+// demoAnswers are the answers of demo mode's own routes, from a server of
+// their own: the workshop page and its API.
+func demoAnswers(t *testing.T) []answerCase {
+	t.Helper()
+	e := newEnv(t, envOptions{workshop: true})
+	e.Client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	naive := func(query, key, body string, headers ...string) response {
+		return e.do("POST", "/demo/naive/payments"+query, []byte(body), append([]string{"Idempotency-Key", key, "Content-Type", "application/json"}, headers...)...)
+	}
+	crossSite := []string{"Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"}
+	declined := `{"amount":500,"currency":"EUR","source":"tok_chargeDeclined"}`
+	lost := func(query, key string) response {
+		e.Sim.SetFaults(sim.Faults{FailAfterCharge: 1})
+		defer e.Sim.SetFaults(sim.Faults{})
+		return naive(query, key, visa)
+	}
+	crash := func(body string, headers ...string) response {
+		return e.do("POST", "/demo/crash", []byte(body), append([]string{"Content-Type", "application/json"}, headers...)...)
+	}
+	cases := []answerCase{
+		{"demo root", "GET", "/", e.do("GET", "/", nil), 302, ""},
+		{"demo page", "GET", "/demo", e.do("GET", "/demo", nil), 200, ""},
+		{"demo page head", "HEAD", "/demo", e.do("HEAD", "/demo", nil), 200, ""},
+		{"demo static", "GET", "/demo/static/demo.js", e.do("GET", "/demo/static/demo.js", nil), 200, ""},
+		{"demo static head", "HEAD", "/demo/static/demo.js", e.do("HEAD", "/demo/static/demo.js", nil), 200, ""},
+		{"demo static unknown", "GET", "/demo/static/nope.js", e.do("GET", "/demo/static/nope.js", nil), 404, payment.ProblemNotFound},
+		{"demo static head unknown", "HEAD", "/demo/static/nope.js", e.do("HEAD", "/demo/static/nope.js", nil), 404, ""},
+		{"naive payment", "POST", "/demo/naive/payments", naive("", "demo-naive", visa), 201, ""},
+		{"naive payment read back", "POST", "/demo/naive/payments", naive("", "demo-naive", visa), 201, ""},
+		{"naive payment bad key", "POST", "/demo/naive/payments", naive("", "", visa), 400, payment.ProblemInvalidKey},
+		{"naive payment bad body", "POST", "/demo/naive/payments", naive("", "demo-naive-bad", `{"amount":"1"}`), 400, payment.ProblemInvalidRequest},
+		{"naive payment declined", "POST", "/demo/naive/payments", naive("", "demo-naive-declined", declined), 402, payment.ProblemDeclined},
+		{"naive payment cross-origin", "POST", "/demo/naive/payments", naive("", "demo-naive-evil", visa, crossSite...), 403, payment.ProblemCrossOrigin},
+		{"naive payment answer lost", "POST", "/demo/naive/payments", lost("", "demo-naive-lost"), 502, "/problems/naive-provider-error"},
+		{"new key each retry", "POST", "/demo/naive/payments", naive("?mistake=newkey", "demo-newkey", visa), 201, ""},
+		{"new key each retry, key reused", "POST", "/demo/naive/payments", naive("?mistake=newkey", "demo-newkey", declined), 409, payment.ProblemKeyReused},
+		{"new key each retry, answer lost", "POST", "/demo/naive/payments", lost("?mistake=newkey", "demo-newkey-lost"), 503, payment.ProblemOutcomeUnknown},
+		{"demo charges", "GET", "/demo/charges", e.do("GET", "/demo/charges?oncepay=a&naive=demo-naive", nil), 200, ""},
+		{"demo charges head", "HEAD", "/demo/charges", e.do("HEAD", "/demo/charges", nil), 200, ""},
+		{"demo crash", "POST", "/demo/crash", crash(`{"key":"demo-crash"}`), 200, ""},
+		{"demo crash again", "POST", "/demo/crash", crash(`{"key":"demo-crash"}`), 409, payment.ProblemKeyReused},
+		{"demo crash bad body", "POST", "/demo/crash", crash(`{}`), 400, payment.ProblemInvalidRequest},
+		{"demo crash cross-origin", "POST", "/demo/crash", crash(`{"key":"demo-evil"}`, crossSite...), 403, payment.ProblemCrossOrigin},
+		{"demo reconcile", "POST", "/demo/reconcile", e.do("POST", "/demo/reconcile", nil), 200, ""},
+		{"demo reconcile cross-origin", "POST", "/demo/reconcile", e.do("POST", "/demo/reconcile", nil, crossSite...), 403, payment.ProblemCrossOrigin},
+	}
+	// With the ledger and the database closed under it, as when stopping.
+	e.Env.Close()
+	return append(cases,
+		answerCase{"demo charges, ledger closed", "GET", "/demo/charges", e.do("GET", "/demo/charges", nil), 503, payment.ProblemUnavailable},
+		answerCase{"demo charges head, ledger closed", "HEAD", "/demo/charges", e.do("HEAD", "/demo/charges", nil), 503, ""},
+		answerCase{"demo reconcile, database closed", "POST", "/demo/reconcile", e.do("POST", "/demo/reconcile", nil), 503, payment.ProblemUnavailable},
+	)
 }
 
 // inProgress answers a retry of key while its first request is still at the

@@ -69,7 +69,7 @@ func scopeOf(r *http.Request) string { return infoOf(r).scope }
 // handleCreatePayment is POST /v1/payments. Everything is validated before
 // the claim: a bad request writes nothing and leaves the key usable.
 func (s *server) handleCreatePayment(w http.ResponseWriter, r *http.Request) {
-	key, body, ok := s.readKeyed(w, r)
+	key, body, ok := s.readKeyed(w, r, false)
 	if !ok {
 		return
 	}
@@ -85,7 +85,7 @@ func (s *server) handleCreatePayment(w http.ResponseWriter, r *http.Request) {
 // handleCreateRefund is POST /v1/payments/{id}/refunds, with the same
 // discipline as a payment: validated first, then claimed under its key.
 func (s *server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
-	key, body, ok := s.readKeyed(w, r)
+	key, body, ok := s.readKeyed(w, r, true)
 	if !ok {
 		return
 	}
@@ -99,8 +99,9 @@ func (s *server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
 }
 
 // readKeyed reads the Idempotency-Key and the JSON body of a request that
-// moves money, or answers the problem with either and returns false.
-func (s *server) readKeyed(w http.ResponseWriter, r *http.Request) (key string, body []byte, ok bool) {
+// moves money, or answers the problem with either and returns false. With
+// emptyOK an empty body needs no Content-Type: there is no JSON to label.
+func (s *server) readKeyed(w http.ResponseWriter, r *http.Request, emptyOK bool) (key string, body []byte, ok bool) {
 	keys := r.Header.Values("Idempotency-Key")
 	if len(keys) == 1 {
 		infoOf(r).keyHash = keyHash(keys[0])
@@ -116,9 +117,9 @@ func (s *server) readKeyed(w http.ResponseWriter, r *http.Request) (key string, 
 			Status: http.StatusUnsupportedMediaType, Detail: "Send the body uncompressed: no Content-Encoding, or identity."})
 		return "", nil, false
 	}
-	if !isJSON(r.Header.Get("Content-Type")) {
-		writeProblem(w, payment.Problem{Type: payment.ProblemUnsupportedMedia, Title: "Unsupported media type",
-			Status: http.StatusUnsupportedMediaType, Detail: "Send the body as Content-Type: application/json."})
+	unlabelled := emptyOK && r.Header.Get("Content-Type") == ""
+	if !unlabelled && !isJSON(r.Header.Get("Content-Type")) {
+		writeUnsupportedMedia(w)
 		return "", nil, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, payment.MaxBodyBytes))
@@ -132,7 +133,16 @@ func (s *server) readKeyed(w http.ResponseWriter, r *http.Request) (key string, 
 		s.writeError(w, r, payment.Errorf(payment.EINVALID, "The body could not be read."))
 		return "", nil, false
 	}
+	if unlabelled && len(body) > 0 {
+		writeUnsupportedMedia(w)
+		return "", nil, false
+	}
 	return keys[0], body, true
+}
+
+func writeUnsupportedMedia(w http.ResponseWriter) {
+	writeProblem(w, payment.Problem{Type: payment.ProblemUnsupportedMedia, Title: "Unsupported media type",
+		Status: http.StatusUnsupportedMediaType, Detail: "Send the body as Content-Type: application/json."})
 }
 
 // writeResult answers a request that moved money, or tried to.

@@ -363,3 +363,21 @@ func (e *env) scopeOf(t *testing.T, id, secret string) string {
 	}
 	return p[0].Scope
 }
+
+// An empty body needs no Content-Type and refunds all that is left, as the
+// document says; a body without one is still 415.
+func TestRefundEmptyBodyWithoutContentType(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	id := e.paid("unlabelled")
+	if r := e.do("POST", "/v1/payments/"+id+"/refunds", []byte(`{"amount":100}`), "Idempotency-Key", "unlabelled-body"); r.Status != 415 || r.problemType() != payment.ProblemUnsupportedMedia {
+		t.Errorf("body without Content-Type = %d %s, want 415 %s", r.Status, r.Body, payment.ProblemUnsupportedMedia)
+	}
+	r := e.do("POST", "/v1/payments/"+id+"/refunds", nil, "Idempotency-Key", "unlabelled-empty")
+	if r.Status != 201 {
+		t.Fatalf("empty body without Content-Type = %d %s, want 201", r.Status, r.Body)
+	}
+	var rf payment.RefundView
+	if err := json.Unmarshal(r.Body, &rf); err != nil || rf.Amount != 1000 {
+		t.Errorf("refund = %s (%v), want all 1000 refunded", r.Body, err)
+	}
+}

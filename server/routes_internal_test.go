@@ -29,8 +29,9 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 	}
 
 	// Every optional part set, so the routes served only with the simulated
-	// provider, the admin surface or the metrics are walked too.
-	cfg := Config{Sim: http.NotFoundHandler(), Admin: Admin{Store: noAdminStore{}, Forwarder: &payment.Forwarder{}}, Metrics: http.NotFoundHandler()}
+	// provider, the admin surface, the metrics or the demo are walked too.
+	cfg := Config{Sim: http.NotFoundHandler(), Admin: Admin{Store: noAdminStore{}, Forwarder: &payment.Forwarder{}}, Metrics: http.NotFoundHandler(),
+		Workshop: http.NotFoundHandler()}
 	router, ok := (&server{Config: cfg}).routes().(*mux.Router)
 	if !ok {
 		t.Fatal("routes() is not a *mux.Router")

@@ -56,8 +56,11 @@ func (s *server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.Log.Warn("webhook refused", "provider", name, "err", err)
 		s.countWebhook(name, "", "invalid")
-		writeProblem(w, payment.Problem{Type: payment.ProblemInvalidWebhook, Title: "Webhook not verified", Status: http.StatusBadRequest,
-			Detail: "The signature, its timestamp or the event did not verify with this endpoint's secret; nothing was stored."})
+		title, detail := "Webhook not verified", "The signature, its timestamp or the event did not verify with this endpoint's secret; nothing was stored."
+		if payment.ErrorCode(err) == payment.EINVALID { // verified, and the verifier says what is wrong
+			title, detail = "Webhook not supported", payment.ErrorMessage(err)+" Nothing was stored."
+		}
+		writeProblem(w, payment.Problem{Type: payment.ProblemInvalidWebhook, Title: title, Status: http.StatusBadRequest, Detail: detail})
 		return
 	}
 	ev.Provider = name // the endpoint names the provider, never the body

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -585,4 +586,30 @@ func webhookAnswers(t *testing.T, e *env, scope string) webhookResponses {
 	}
 	w.failed = e.webhook("msg_spec_held", now, simWebhookSecret, simEvent(b, bc))
 	return w
+}
+
+// A Stripe webhook whose signature verified but that oncepay cannot read (a
+// thin event notification) says so, not that the signature failed; one
+// signed an hour ahead of the clock is refused as unverified.
+func TestStripeWebhookRefusalSaysWhy(t *testing.T) {
+	e := newEnv(t, envOptions{stripeWebhooks: true})
+	thin := []byte(`{"id":"evt_test_thin","object":"v2.core.event","type":"v1.billing.meter.error_report_triggered",
+		"livemode":false,"created":"2024-09-17T06:20:52.246Z","related_object":{"id":"mtr_1","type":"billing.meter","url":"/v1/billing/meters/mtr_1"}}`)
+	r := e.stripeWebhook(thin)
+	var p payment.Problem
+	json.Unmarshal(r.Body, &p)
+	if r.Status != 400 || p.Type != payment.ProblemInvalidWebhook || !strings.Contains(p.Detail, "thin event notification") || strings.Contains(p.Detail, "did not verify") {
+		t.Errorf("thin event = %d %s, want 400 %s saying the thin event is not read", r.Status, r.Body, payment.ProblemInvalidWebhook)
+	}
+
+	body := stripeIntentEvent("evt_ahead", "payment_intent.succeeded", &payment.Attempt{ID: "pay_1", Scope: "s", Key: "k", Amount: 1000, Currency: "EUR"}, "pi_ahead")
+	sig := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: stripeWebhookSecret, Timestamp: time.Now().Add(time.Hour)}).Header
+	r = e.do("POST", "/v1/webhooks/stripe", body, "Stripe-Signature", sig, "Content-Type", "application/json")
+	json.Unmarshal(r.Body, &p)
+	if r.Status != 400 || p.Type != payment.ProblemInvalidWebhook || !strings.Contains(p.Detail, "did not verify") {
+		t.Errorf("timestamp an hour ahead = %d %s, want 400 %s", r.Status, r.Body, payment.ProblemInvalidWebhook)
+	}
+	if n, err := e.DB.ListEvents(context.Background(), payment.EventFilter{Limit: 10}); err != nil || len(n) != 0 {
+		t.Errorf("inbox = %v, %v; want nothing stored", n, err)
+	}
 }

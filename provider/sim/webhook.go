@@ -36,6 +36,10 @@ const (
 	// Tolerance is how far a webhook-timestamp may be from the receiver's
 	// clock, either way.
 	Tolerance = 5 * time.Minute
+	// ShortKeyBytes is the key length below which a secret works (the
+	// Standard Webhooks libraries take any key that is not empty) but is
+	// easier to guess.
+	ShortKeyBytes = 16
 )
 
 // NewWebhookSecret returns a fresh signing secret.
@@ -43,11 +47,17 @@ func NewWebhookSecret() string {
 	return secretPrefix + base64.StdEncoding.EncodeToString([]byte(crand.Text()))
 }
 
-// secretKey is the HMAC key of a "whsec_<base64>" secret.
+// secretKey is the HMAC key of a secret, taken as the Standard Webhooks
+// libraries take it: "whsec_" and the key in base64, the prefix optional
+// and the padding too.
 func secretKey(secret string) ([]byte, error) {
-	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, secretPrefix))
-	if err != nil || !strings.HasPrefix(secret, secretPrefix) || len(b) < 16 {
-		return nil, errors.New(`sim: a webhook secret is "whsec_" and at least 16 bytes in base64`)
+	enc := strings.TrimPrefix(secret, secretPrefix)
+	b, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		b, err = base64.RawStdEncoding.DecodeString(enc)
+	}
+	if err != nil || len(b) == 0 {
+		return nil, errors.New(`sim: a webhook secret is a key in base64 ("whsec_" before it is optional)`)
 	}
 	return b, nil
 }
@@ -56,6 +66,13 @@ func secretKey(secret string) ([]byte, error) {
 func CheckWebhookSecret(secret string) error {
 	_, err := secretKey(secret)
 	return err
+}
+
+// ShortWebhookSecret reports whether secret is valid but its key is shorter
+// than ShortKeyBytes: it works, and is easier to guess.
+func ShortWebhookSecret(secret string) bool {
+	b, err := secretKey(secret)
+	return err == nil && len(b) < ShortKeyBytes
 }
 
 func sign(key []byte, id string, ts int64, body []byte) string {

@@ -2,7 +2,11 @@ package sim_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -119,4 +123,55 @@ func waitDelivered(t *testing.T, s *sim.Sim, events int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("fewer than %d events delivered in 5s", events)
+}
+
+// A secret is taken as the Standard Webhooks libraries take it: the
+// "whsec_" prefix optional, the base64 padded or not, a key of any length
+// but none. Every form of one key signs as that key's HMAC.
+func TestWebhookSecretForms(t *testing.T) {
+	key := []byte("a key of 23 bytes, odd.") // base64 with one "=" of padding
+	short := []byte("8 bytes!")
+	padded := base64.StdEncoding.EncodeToString(key)
+	unpadded := base64.RawStdEncoding.EncodeToString(key)
+	if padded == unpadded {
+		t.Fatal("the key's base64 has no padding to leave out")
+	}
+	now := time.Now()
+	body := []byte(`{"type":"charge.succeeded"}`)
+	for _, tt := range []struct {
+		name, secret string
+		key          []byte
+		short        bool
+	}{
+		{"whsec_ and padded", "whsec_" + padded, key, false},
+		{"no prefix", padded, key, false},
+		{"unpadded", "whsec_" + unpadded, key, false},
+		{"no prefix, unpadded", unpadded, key, false},
+		{"short key", "whsec_" + base64.StdEncoding.EncodeToString(short), short, true},
+	} {
+		if err := sim.CheckWebhookSecret(tt.secret); err != nil {
+			t.Errorf("%s: CheckWebhookSecret(%q) = %v, want nil", tt.name, tt.secret, err)
+			continue
+		}
+		if got := sim.ShortWebhookSecret(tt.secret); got != tt.short {
+			t.Errorf("%s: ShortWebhookSecret = %v, want %v", tt.name, got, tt.short)
+		}
+		h, err := sim.SignWebhook(tt.secret, "msg_1", now, body)
+		if err != nil {
+			t.Fatalf("%s: SignWebhook: %v", tt.name, err)
+		}
+		m := hmac.New(sha256.New, tt.key)
+		fmt.Fprintf(m, "msg_1.%d.%s", now.Unix(), body)
+		if want := "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil)); h.Get("webhook-signature") != want {
+			t.Errorf("%s: signature %s, want %s (the HMAC with the key itself)", tt.name, h.Get("webhook-signature"), want)
+		}
+		if _, err := sim.VerifyWebhook("whsec_"+base64.StdEncoding.EncodeToString(tt.key), h, body, now); err != nil {
+			t.Errorf("%s: the canonical form of the key does not verify its signature: %v", tt.name, err)
+		}
+	}
+	for _, secret := range []string{"", "whsec_", "whsec_not base64!", "whsec_=="} {
+		if err := sim.CheckWebhookSecret(secret); err == nil {
+			t.Errorf("CheckWebhookSecret(%q) = nil, want an error", secret)
+		}
+	}
 }

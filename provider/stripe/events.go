@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	stripe "github.com/stripe/stripe-go/v85"
@@ -12,28 +14,46 @@ import (
 	"github.com/oncepay/oncepay/payment"
 )
 
-// WebhookTolerance is how old a Stripe-Signature timestamp may be: Stripe's
-// own default, which stops the replay of a captured delivery.
+// WebhookTolerance is how far a Stripe-Signature timestamp may be from
+// now, either way: Stripe's own default for an old one, which stops the
+// replay of a captured delivery, and the same for one ahead of the clock.
 const WebhookTolerance = 5 * time.Minute
 
 // ErrBadSignature is a webhook whose Stripe-Signature does not verify: none,
-// a malformed one, a wrong secret or body, or a timestamp too old.
+// a malformed one, a wrong secret or body, or a timestamp too old or too
+// far ahead.
 var ErrBadSignature = errors.New("stripe: webhook signature does not verify")
 
 // VerifyWebhook checks the Stripe-Signature header over the raw body with
 // stripe-go's webhook package (HMAC-SHA256 over "t.body", constant-time,
-// within WebhookTolerance) and only then reads the event. The event's API
-// version may differ from the SDK's: the fields read here (the
-// PaymentIntent's id, amount, currency, metadata and last error) are the
-// same in every version oncepay supports.
+// within WebhookTolerance of now, past or future) and only then reads the
+// event. The event's API version may differ from the SDK's: the fields read
+// here (the PaymentIntent's id, amount, currency, metadata and last error)
+// are the same in every version oncepay supports. A verified body that is
+// not a snapshot event (a thin event notification) is an EINVALID error
+// whose message says so.
 func VerifyWebhook(secret, signature string, body []byte) (payment.Event, error) {
-	e, err := webhook.ConstructEventWithOptions(body, signature, secret, webhook.ConstructEventOptions{
-		Tolerance: WebhookTolerance, IgnoreAPIVersionMismatch: true,
-	})
+	err := webhook.ValidatePayloadWithTolerance(body, signature, secret, WebhookTolerance)
 	switch {
 	case errors.Is(err, webhook.ErrNotSigned), errors.Is(err, webhook.ErrInvalidHeader),
 		errors.Is(err, webhook.ErrNoValidSignature), errors.Is(err, webhook.ErrTooOld):
 		return payment.Event{}, fmt.Errorf("%w: %v", ErrBadSignature, err)
+	case err != nil:
+		return payment.Event{}, fmt.Errorf("stripe: webhook signature: %w", err)
+	}
+	// stripe-go refuses only a timestamp too old; one far ahead of the
+	// clock would be replayable for as long.
+	if ahead := time.Until(signedAt(signature)); ahead > WebhookTolerance {
+		return payment.Event{}, fmt.Errorf("%w: timestamp %s ahead of this clock, past %s", ErrBadSignature, ahead.Round(time.Second), WebhookTolerance)
+	}
+	var head struct {
+		Object string `json:"object"`
+	}
+	if json.Unmarshal(body, &head) == nil && head.Object != "event" {
+		return payment.Event{}, unsupported(head.Object)
+	}
+	var e stripe.Event
+	switch err := json.Unmarshal(body, &e); {
 	case err != nil:
 		return payment.Event{}, fmt.Errorf("stripe: webhook body: %w", err)
 	case e.ID == "":
@@ -74,4 +94,28 @@ func declineCode(se *stripe.Error) string {
 		return string(se.Code)
 	}
 	return "card_declined"
+}
+
+// signedAt is the t= timestamp of a Stripe-Signature header that verified.
+func signedAt(signature string) time.Time {
+	for _, pair := range strings.Split(signature, ",") {
+		if v, ok := strings.CutPrefix(pair, "t="); ok {
+			if t, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return time.Unix(t, 0)
+			}
+		}
+	}
+	return time.Time{}
+}
+
+// unsupported is the error for a signed body oncepay does not read: what
+// the object is, and what to send instead.
+func unsupported(object string) error {
+	what := fmt.Sprintf("not a Stripe event (its object is %q)", object)
+	if strings.HasPrefix(object, "v2.") {
+		what = fmt.Sprintf("a thin event notification (%q), which oncepay does not read", object)
+	}
+	return &payment.Error{Code: payment.EINVALID, Err: errors.New("stripe: webhook body: " + what),
+		Message: "The signature verified, but the body is " + what + ": send this endpoint snapshot events " +
+			"(payment_intent.succeeded, payment_intent.payment_failed) from an endpoint of Stripe's v1 events."}
 }

@@ -85,6 +85,8 @@ func TestVerifyWebhookRefuses(t *testing.T) {
 		"malformed header":           {"v1=abc", body},
 		"wrong secret":               {signed(body, "whsec_other", now), body},
 		"stale timestamp":            {old, body},
+		"timestamp an hour ahead":    {signed(body, whsec, now.Add(time.Hour)), body},
+		"timestamp 6 minutes ahead":  {signed(body, whsec, now.Add(6*time.Minute)), body},
 		"old body, fresh timestamp":  {replayed, body},
 		"signature of another body":  {signed(other, whsec, now), body},
 		"body changed after signing": {signed(body, whsec, now), append(append([]byte{}, body...), ' ')},
@@ -94,6 +96,34 @@ func TestVerifyWebhookRefuses(t *testing.T) {
 		if _, err := stripe.VerifyWebhook(whsec, tc.header, tc.body); !errors.Is(err, stripe.ErrBadSignature) {
 			t.Errorf("%s: err = %v, want ErrBadSignature", name, err)
 		}
+	}
+}
+
+// A clock a little behind Stripe's still verifies: the tolerance holds
+// both ways.
+func TestVerifyWebhookTimestampAheadWithinTolerance(t *testing.T) {
+	body := eventJSON("evt_1", "payment_intent.succeeded", succeededIntent)
+	if _, err := stripe.VerifyWebhook(whsec, signed(body, whsec, time.Now().Add(4*time.Minute)), body); err != nil {
+		t.Errorf("timestamp 4 minutes ahead: %v, want it verified", err)
+	}
+}
+
+// A thin event notification (Stripe's v2 events) is signed like any other:
+// it verifies, and is refused for what it is, not as a bad signature.
+func TestVerifyWebhookThinEvent(t *testing.T) {
+	thin := []byte(`{"id":"evt_test_65R9Ijk8Ux7Ns3p4XdP16RBLHnQ8ZKgG5dJ1SLsr4QM3Yf","object":"v2.core.event",
+		"type":"v1.billing.meter.error_report_triggered","livemode":false,"created":"2024-09-17T06:20:52.246Z",
+		"related_object":{"id":"mtr_test_61R9IjkvzkeEfcBgi41IaRLOqGyOHCz8","type":"billing.meter","url":"/v1/billing/meters/mtr_test_61R9IjkvzkeEfcBgi41IaRLOqGyOHCz8"}}`)
+	_, err := stripe.VerifyWebhook(whsec, signed(thin, whsec, time.Now()), thin)
+	if errors.Is(err, stripe.ErrBadSignature) || payment.ErrorCode(err) != payment.EINVALID {
+		t.Fatalf("thin event: err = %v, want an EINVALID error, not a bad signature", err)
+	}
+	if msg := payment.ErrorMessage(err); !strings.Contains(msg, "thin event notification") || !strings.Contains(msg, "signature verified") {
+		t.Errorf("message = %q, want it to say the signature verified and the thin event is not read", msg)
+	}
+	// Unsigned, it is still a bad signature first.
+	if _, err := stripe.VerifyWebhook(whsec, signed(thin, "whsec_other", time.Now()), thin); !errors.Is(err, stripe.ErrBadSignature) {
+		t.Errorf("thin event with another secret: err = %v, want ErrBadSignature", err)
 	}
 }
 

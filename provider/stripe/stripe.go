@@ -270,7 +270,7 @@ func (c *Client) Refund(ctx context.Context, req payment.ProviderRefundRequest) 
 	if err != nil {
 		return payment.ProviderRefund{}, c.classify("refund", err)
 	}
-	return refundResult(r, req.IdempotencyKey, req.ChargeID)
+	return c.refundResult(r, req.IdempotencyKey, req.ChargeID)
 }
 
 // LookupRefund finds the Refund oncepay created under req.IdempotencyKey
@@ -304,19 +304,19 @@ func (c *Client) LookupRefund(ctx context.Context, req payment.RefundLookup) (pa
 	// A refund that failed or was canceled is a *DeclineError: it gave
 	// nothing back, and a create under its key would only replay the answer
 	// Stripe saved when it was made.
-	r, err := refundResult(found[0], req.IdempotencyKey, req.ChargeID)
+	r, err := c.refundResult(found[0], req.IdempotencyKey, req.ChargeID)
 	return r, err == nil, err
 }
 
 // refundResult reads a Refund's status: made (succeeded, or pending and
 // taken), gave nothing back (failed, canceled: a decline), or not known.
-func refundResult(r *stripe.Refund, key, chargeID string) (payment.ProviderRefund, error) {
+func (c *Client) refundResult(r *stripe.Refund, key, chargeID string) (payment.ProviderRefund, error) {
 	switch r.Status {
 	case stripe.RefundStatusSucceeded, stripe.RefundStatusPending:
 		return payment.ProviderRefund{ID: r.ID, IdempotencyKey: key, ChargeID: chargeID, Amount: r.Amount,
 			Currency: strings.ToUpper(string(r.Currency)), CreatedAt: time.Unix(r.Created, 0).UTC()}, nil
 	case stripe.RefundStatusFailed, stripe.RefundStatusCanceled:
-		code := string(r.FailureReason)
+		code := c.redact(string(r.FailureReason)) // stored and shown as Stripe wrote it
 		if code == "" {
 			code = "refund_" + string(r.Status)
 		}
@@ -340,7 +340,8 @@ func chargeOf(pi *stripe.PaymentIntent, key string) payment.Charge {
 // on. Only answers that prove nothing was charged are definitive; the rest
 // (409 while the key is in flight, 429, 5xx, timeouts, a lost connection) is
 // an unknown outcome. Stripe's message is kept only for a decline, where it
-// is meant for the customer; the secret key never reaches an error.
+// is meant for the customer; the secret key never reaches an error, nor the
+// codes stored and shown with a decline.
 func (c *Client) classify(op string, err error) error {
 	var se *stripe.Error
 	if !errors.As(err, &se) {
@@ -351,24 +352,30 @@ func (c *Client) classify(op string, err error) error {
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		return fmt.Errorf("stripe: %s: status %d (%s): %w", op, status, se.Type, payment.ErrProviderUnavailable)
 	case status == http.StatusConflict || status == http.StatusTooManyRequests || status >= 500:
-		return fmt.Errorf("stripe: %s: status %d (%s %s): outcome unknown", op, status, se.Type, se.Code)
+		return fmt.Errorf("stripe: %s: status %d (%s %s): outcome unknown", op, status, se.Type, c.redact(string(se.Code)))
 	case se.Type == stripe.ErrorTypeCard:
-		return &payment.DeclineError{Code: declineCode(se), Message: strings.ReplaceAll(se.Msg, c.key, "[redacted]")}
+		return &payment.DeclineError{Code: c.redact(declineCode(se)), Message: c.redact(se.Msg)}
 	case se.Type == stripe.ErrorTypeIdempotency:
 		return fmt.Errorf("stripe: %s: %w", op, payment.ErrProviderKeyReused)
 	case se.Type == stripe.ErrorTypeInvalidRequest && (status == http.StatusBadRequest || status == http.StatusNotFound):
 		// Stripe refused the parameters (a payment method that does not
 		// exist, an amount below its minimum): nothing was charged, and the
 		// same request gets the same answer.
-		code := string(se.Code)
+		code := c.redact(string(se.Code))
 		if code == "" {
 			code = "invalid_request"
 		}
 		return &payment.DeclineError{Code: code, Message: "Stripe refused the payment's parameters; nothing was charged."}
 	default:
-		return fmt.Errorf("stripe: %s: status %d (%s %s): outcome unknown", op, status, se.Type, se.Code)
+		return fmt.Errorf("stripe: %s: status %d (%s %s): outcome unknown", op, status, se.Type, c.redact(string(se.Code)))
 	}
 }
+
+// redact hides the secret key in text a Stripe answer carries (a message,
+// a code), which oncepay stores, shows or logs.
+func (c *Client) redact(s string) string { return redactKey(s, c.key) }
+
+func redactKey(s, key string) string { return strings.ReplaceAll(s, key, "[redacted]") }
 
 // redacted hides the secret key in an error's text (a transport error may
 // quote a response body), keeping what it wraps.
@@ -377,5 +384,5 @@ type redacted struct {
 	key string
 }
 
-func (r *redacted) Error() string { return strings.ReplaceAll(r.err.Error(), r.key, "[redacted]") }
+func (r *redacted) Error() string { return redactKey(r.err.Error(), r.key) }
 func (r *redacted) Unwrap() error { return r.err }

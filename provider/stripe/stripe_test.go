@@ -400,3 +400,45 @@ func TestLookup(t *testing.T) {
 		t.Errorf("Lookup with two PaymentIntents on one key = found %v, want an error", found)
 	}
 }
+
+// A Stripe answer's code, decline_code and message are stored and shown
+// (a 402's decline_code, a payment's failure_code) or logged: the secret
+// key is redacted in each, as an answer that echoes the request may carry
+// it.
+func TestStripeAnswersRedactTheKey(t *testing.T) {
+	for _, tt := range []struct {
+		name, body string
+		status     int
+	}{
+		{"decline code", `{"error":{"type":"card_error","code":"card_declined","decline_code":"stolen_` + testKey + `","message":"Declined for ` + testKey + `."}}`, 402},
+		{"code without a decline code", `{"error":{"type":"card_error","code":"expired_` + testKey + `","message":"Your card has expired."}}`, 402},
+		{"invalid request code", `{"error":{"type":"invalid_request_error","code":"missing_` + testKey + `","message":"No such PaymentMethod"}}`, 400},
+		{"code of an unknown outcome", `{"error":{"type":"api_error","code":"oops_` + testKey + `","message":"Something went wrong"}}`, 500},
+		{"refund's failure reason", `{"id":"re_1","object":"refund","status":"failed","failure_reason":"lost_` + testKey + `","amount":100,"currency":"usd","created":1700000000}`, 200},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := fakestripe.New(t, testKey)
+			fake.SetFaults(fakestripe.Faults{Inject: func(*http.Request) (int, string, bool) { return tt.status, tt.body, true }})
+			c := newClient(t, fake.URL, 0)
+			var err error
+			if strings.Contains(tt.body, `"object":"refund"`) {
+				_, err = c.Refund(context.Background(), payment.ProviderRefundRequest{IdempotencyKey: "oncepay_re_k", ChargeID: "pi_1", Amount: 100, Currency: "USD"})
+			} else {
+				_, err = c.Charge(context.Background(), payment.ChargeRequest{IdempotencyKey: "oncepay_k", PaymentID: "pay_1", Amount: 100, Currency: "USD", Source: "pm_card_visa"})
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			shown := err.Error()
+			if d, ok := payment.IsDecline(err); ok {
+				shown += " " + d.Code + " " + d.Message
+				if !strings.Contains(d.Code, "[redacted]") {
+					t.Errorf("decline code %q, want Stripe's code with the key redacted", d.Code)
+				}
+			}
+			if strings.Contains(shown, testKey) {
+				t.Errorf("%s carries the secret key", shown)
+			}
+		})
+	}
+}
