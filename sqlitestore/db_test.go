@@ -605,3 +605,24 @@ func TestOlderFileGetsTheAdminIndex(t *testing.T) {
 		}
 	}
 }
+
+// NoCheckpoint leaves checkpoints to a replicator: the writer's automatic
+// checkpoint is off, and only with the option.
+func TestNoCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		opts Options
+		want int
+	}{
+		{Options{}, 1000},
+		{Options{NoCheckpoint: true}, 0},
+	} {
+		db := MustOpen(t, tc.opts)
+		var got int
+		if err := db.w.QueryRow(`PRAGMA wal_autocheckpoint`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("NoCheckpoint %v: wal_autocheckpoint = %d, want %d", tc.opts.NoCheckpoint, got, tc.want)
+		}
+	}
+}
