@@ -22,6 +22,7 @@ import (
 	"github.com/oncepay/oncepay/provider/remote"
 	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/provider/stripe"
+	"github.com/oncepay/oncepay/replica"
 	"github.com/oncepay/oncepay/server"
 	"github.com/oncepay/oncepay/sqlitestore"
 	"github.com/oncepay/oncepay/workshop"
@@ -56,6 +57,7 @@ type config struct {
 	sweepSchedule     string
 	logLevel          slog.Level
 	offline           offlineConfig
+	replica           replicaConfig
 }
 
 // offlineConfig configures the link to the provider and the forward queue
@@ -113,6 +115,7 @@ func (c *config) registerServe(fs *flag.FlagSet) {
 	fs.StringVar(&c.sweepSchedule, "webhook-sweep-schedule", "@every 1m", "cron schedule of the webhook inbox sweep (UTC), which applies events a dead processor left, or off")
 	fs.StringVar(&c.simWebhookSecret, "sim-webhook-secret", "", `secret ("whsec_...") of POST /v1/webhooks/sim, the simulated provider's signed events; with --provider sim it also makes the in-process provider send them (demo makes one up)`)
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
+	c.replica.register(fs)
 }
 
 func (c *config) registerRetention(fs *flag.FlagSet) {
@@ -123,6 +126,9 @@ func (c *config) registerRetention(fs *flag.FlagSet) {
 
 func (c *config) validate() error {
 	if err := c.offline.validate(); err != nil {
+		return err
+	}
+	if err := c.replica.validate(c.db); err != nil {
 		return err
 	}
 	if c.lease <= c.providerTimeout {
@@ -220,6 +226,7 @@ type app struct {
 	link    *link.Link // nil without a link to guard (in-process simulation, --link-failures 0)
 	linkUp  chan struct{}
 	service *payment.Service
+	replica *replica.Replicator // nil without --replica
 }
 
 // openStore opens the database --db names: PostgreSQL for a postgres://
@@ -229,7 +236,7 @@ func (c *config) openStore(ctx context.Context) (payment.Database, error) {
 		return pgstore.Open(ctx, c.db, pgstore.Options{ReplayCacheBytes: cacheBytes(c.replayCacheMB)})
 	}
 	return sqlitestore.Open(ctx, c.db, schema, sqlitestore.Options{MaxBatch: c.maxBatch, MaxWait: c.batchWait,
-		ReplayCacheBytes: cacheBytes(c.replayCacheMB)})
+		ReplayCacheBytes: cacheBytes(c.replayCacheMB), NoCheckpoint: c.replica.url != ""})
 }
 
 // cacheBytes is --replay-cache-mb as the stores' option: negative for none.
@@ -276,6 +283,10 @@ func (c *config) open(ctx context.Context, log *slog.Logger) (*app, error) {
 	}
 	a := &app{db: db}
 	if err := db.BindProvider(ctx, c.providerID()); err != nil {
+		a.Close()
+		return nil, err
+	}
+	if err := a.startReplica(c, log); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -335,6 +346,12 @@ func (c *config) providerID() string {
 
 func (a *app) Close() error {
 	err := a.db.Close()
+	if a.replica != nil {
+		// After the store: what its last writes committed is shipped too.
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		err = errors.Join(err, a.replica.Close(ctx))
+		cancel()
+	}
 	if a.sim != nil {
 		err = errors.Join(err, a.sim.Close())
 	}
@@ -439,8 +456,13 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer a.Close()
 	m := metrics.New(a.db.InProgress, time.Now)
 	m.Store(a.db)
+	cfg.replica.warn(log, payment.ProviderKeyWindow)
 	a.service.ObserveProviderCall = m.ProviderCall
 	srvCfg := server.Config{Payments: a.service, Log: log, Metrics: m.Handler(), CountRequest: m.Request, CountRefund: m.Refund}
+	if a.replica != nil {
+		m.Replica(a.replicaStatus)
+		srvCfg.ReplicaBehind = a.replicaBehind(cfg.replica.maxLag)
+	}
 	if a.sim != nil {
 		srvCfg.Sim = a.sim.Handler()
 		if !demo {
@@ -476,6 +498,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	}
 
+	// A database restored from its replica answers nobody until what it
+	// held in progress is settled.
+	if err := settleRestored(ctx, a, &cfg, log, m.Reconciled); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return err
