@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -478,5 +479,36 @@ func TestRestoreRefuses(t *testing.T) {
 		if strings.HasPrefix(e.Name(), ".oncepay-restore-") {
 			t.Errorf("a refused restore left %s", e.Name())
 		}
+	}
+}
+
+// A stop (SIGTERM) ships the last writes to the replica before the process
+// exits: with syncs an hour apart, the replica holds the payments made
+// since the first only because of the one at shutdown.
+func TestStopShipsLastWrites(t *testing.T) {
+	dir := t.TempDir()
+	sim, ledger := startSim(t, dir, 0)
+	db := filepath.Join(dir, "oncepay.db")
+	m := createAPIKey(t, db)
+	replicaURL := "file://" + filepath.Join(dir, "replica")
+	srv := startServe(t, db, sim.url, slowBank, nil, "--replica", replicaURL, "--replica-sync-interval", "1h", "--replica-max-lag", "2h")
+	c := newClient()
+	for i := range 5 {
+		if r := mustPay(t, c, srv.url, m, newIntent(fmt.Sprintf("last-%d", i), 500, "tok_visa")); r.status != 201 {
+			t.Fatalf("pay: %v", r)
+		}
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if srv.exit(t, 30*time.Second) {
+		t.Fatalf("serve was killed, want it to stop:\n%s", srv.logs)
+	}
+	to := filepath.Join(t.TempDir(), "restored.db")
+	if out, err := restoreCLI("--from", replicaURL, "--to", to); err != nil {
+		t.Fatalf("restore: %v\n%s", err, out)
+	}
+	if n := readBooks(t, to, ledger).count("succeeded"); n != 5 {
+		t.Errorf("the replica holds %d of the 5 payments made before the stop, want all", n)
 	}
 }
