@@ -48,6 +48,8 @@ Usage:
   oncepay apikey list           list API keys
   oncepay apikey revoke ID      revoke an API key
   oncepay backup --to FILE      copy the live SQLite database consistently (PostgreSQL: pg_dump)
+  oncepay restore --from URL --to FILE [--at TIME]
+                                bring back the SQLite database that serve --replica replicated
   oncepay copy --from FILE --to postgres://...
                                 move a SQLite installation to an empty PostgreSQL database
   oncepay version               print the version
@@ -83,6 +85,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runAPIKey(ctx, args, getenv, stdout, stderr)
 	case "backup":
 		return runBackup(ctx, args, getenv, stdout, stderr)
+	case "restore":
+		return runRestore(ctx, args, getenv, stdout, stderr)
 	case "copy":
 		return runCopy(ctx, args, getenv, stdout, stderr)
 	case "bench":

@@ -25,6 +25,7 @@ import (
 	"github.com/oncepay/oncepay/provider/remote"
 	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/provider/stripe"
+	"github.com/oncepay/oncepay/replica"
 	"github.com/oncepay/oncepay/server"
 	"github.com/oncepay/oncepay/sqlitestore"
 	"github.com/oncepay/oncepay/workshop"
@@ -60,6 +61,7 @@ type config struct {
 	sweepSchedule     string
 	logLevel          slog.Level
 	offline           offlineConfig
+	replica           replicaConfig
 }
 
 // offlineConfig configures the link to the provider and the forward queue
@@ -120,6 +122,7 @@ func (c *config) registerServe(fs *flag.FlagSet) {
 	fs.StringVar(&c.sweepSchedule, "webhook-sweep-schedule", "@every 1m", "cron schedule of the webhook inbox sweep (UTC), which applies events a dead processor left, or off")
 	fs.StringVar(&c.simWebhookSecret, "sim-webhook-secret", "", `secret ("whsec_" and a key in base64) of POST /v1/webhooks/sim, the simulated provider's signed events; with --provider sim it also makes the in-process provider send them (demo makes one up)`)
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
+	c.replica.register(fs)
 }
 
 func (c *config) registerRetention(fs *flag.FlagSet) {
@@ -134,6 +137,9 @@ func (c *config) validate() error {
 	}
 	if c.demo && !c.public && !loopback(c.addr) {
 		return fmt.Errorf("demo opens its admin page, the ledger, the fault knobs and payments without a key to anyone who can reach it, and --addr %s is not loopback: listen on 127.0.0.1, or give --public (ONCEPAY_PUBLIC=true) to open it to the network", c.addr)
+	}
+	if err := c.replica.validate(c.db); err != nil {
+		return err
 	}
 	if c.lease <= c.providerTimeout {
 		return fmt.Errorf("--lease (%s) must exceed --provider-timeout (%s): a retry must not take over a call still running", c.lease, c.providerTimeout)
@@ -282,6 +288,7 @@ type app struct {
 	link    *link.Link // nil without a link to guard (in-process simulation, --link-failures 0)
 	linkUp  chan struct{}
 	service *payment.Service
+	replica *replica.Replicator // nil without --replica
 }
 
 // openStore opens the database --db names: PostgreSQL for a postgres://
@@ -291,7 +298,7 @@ func (c *config) openStore(ctx context.Context) (payment.Database, error) {
 		return pgstore.Open(ctx, c.db, pgstore.Options{ReplayCacheBytes: cacheBytes(c.replayCacheMB)})
 	}
 	return sqlitestore.Open(ctx, c.db, schema, sqlitestore.Options{MaxBatch: c.maxBatch, MaxWait: c.batchWait,
-		ReplayCacheBytes: cacheBytes(c.replayCacheMB)})
+		ReplayCacheBytes: cacheBytes(c.replayCacheMB), NoCheckpoint: c.replica.url != ""})
 }
 
 // cacheBytes is --replay-cache-mb as the stores' option: negative for none.
@@ -338,6 +345,10 @@ func (c *config) open(ctx context.Context, log *slog.Logger) (*app, error) {
 	}
 	a := &app{db: db}
 	if err := db.BindProvider(ctx, c.providerID()); err != nil {
+		a.Close()
+		return nil, err
+	}
+	if err := a.startReplica(c, log); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -397,6 +408,12 @@ func (c *config) providerID() string {
 
 func (a *app) Close() error {
 	err := a.db.Close()
+	if a.replica != nil {
+		// After the store: what its last writes committed is shipped too.
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		err = errors.Join(err, a.replica.Close(ctx))
+		cancel()
+	}
 	if a.sim != nil {
 		err = errors.Join(err, a.sim.Close())
 	}
@@ -510,8 +527,13 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer a.Close()
 	m := metrics.New(a.db.InProgress, time.Now)
 	m.Store(a.db)
+	cfg.replica.warn(log, payment.ProviderKeyWindow)
 	a.service.ObserveProviderCall = m.ProviderCall
 	srvCfg := server.Config{Payments: a.service, Log: log, Metrics: m.Handler(), CountRequest: m.Request, CountRefund: m.Refund}
+	if a.replica != nil {
+		m.Replica(a.replicaStatus)
+		srvCfg.ReplicaBehind = a.replicaBehind(cfg.replica.maxLag)
+	}
 	if a.sim != nil {
 		srvCfg.Sim = a.sim.Handler()
 		if !demo {
@@ -547,6 +569,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	}
 
+	// A database restored from its replica answers nobody until what it
+	// held in progress is settled.
+	if err := settleRestored(ctx, a, &cfg, log, m.Reconciled); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return err

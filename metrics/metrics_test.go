@@ -27,3 +27,20 @@ func TestPurgedCountsEvents(t *testing.T) {
 		}
 	}
 }
+
+// The replica's lag, last sync and failures are what its status says at
+// the scrape.
+func TestReplica(t *testing.T) {
+	none := func(context.Context) (int, time.Time, error) { return 0, time.Time{}, nil }
+	m := metrics.New(none, time.Now)
+	st := metrics.ReplicaStatus{Lag: 1500 * time.Millisecond, LastSync: time.Unix(1_700_000_000, 0), Errors: 3}
+	m.Replica(func() metrics.ReplicaStatus { return st })
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{"\noncepay_replica_lag_seconds 1.5\n", "\noncepay_replica_last_sync_timestamp_seconds 1.7e+09\n", "\noncepay_replica_sync_errors_total 3\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", strings.TrimSpace(want))
+		}
+	}
+}

@@ -30,6 +30,9 @@ const (
 	ProblemRefundExceeds       = "/problems/refund-exceeds-remaining"
 	ProblemRefundDeclined      = "/problems/refund-declined"
 	ProblemRefundNotDone       = "/problems/refund-not-completed"
+	// ProblemReplicaBehind is GET /healthz's 503 while the replica of the
+	// SQLite file is further behind than allowed (--replica-max-lag).
+	ProblemReplicaBehind = "/problems/replica-behind"
 )
 
 // Problem is an RFC 9457 problem details body.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,7 +153,11 @@ func (s *spec) checkComponent(name string, r response) {
 // Every status and problem type the server answers is in the OpenAPI
 // document, and real responses of each kind validate against it.
 func TestResponsesMatchOpenAPI(t *testing.T) {
-	e := newEnv(t, envOptions{auth: true, adminToken: "spec-admin", storeOp: sqlitestore.Options{BusyTimeout: 100 * time.Millisecond}})
+	var replicaBehind atomic.Bool
+	e := newEnv(t, envOptions{auth: true, adminToken: "spec-admin", storeOp: sqlitestore.Options{BusyTimeout: 100 * time.Millisecond},
+		replicaBehind: func() (string, bool) {
+			return "The replica is 93s behind, over --replica-max-lag (1m0s).", replicaBehind.Load()
+		}})
 	s := loadSpec(t, e)
 	scope, secret := e.apiKey("spec")
 	bearer := []string{"Authorization", "Bearer " + secret}
@@ -252,6 +257,8 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"admin unknown attempt", "GET", "/admin/attempts/pay_NOPE", admin("/admin/attempts/pay_NOPE"), 404, payment.ProblemNotFound},
 		{"health", "GET", "/healthz", e.do("GET", "/healthz", nil), 200, ""},
 		{"health head", "HEAD", "/healthz", e.do("HEAD", "/healthz", nil), 200, ""},
+		{"health, replica behind", "GET", "/healthz", whileReplicaBehind(&replicaBehind, func() response { return e.do("GET", "/healthz", nil) }), 503, payment.ProblemReplicaBehind},
+		{"health head, replica behind", "HEAD", "/healthz", whileReplicaBehind(&replicaBehind, func() response { return e.do("HEAD", "/healthz", nil) }), 503, ""},
 		{"openapi", "GET", "/openapi.yaml", e.do("GET", "/openapi.yaml", nil), 200, ""},
 		{"sim ledger", "GET", "/sim/charges", admin("/sim/charges"), 200, ""},
 		{"sim ledger without the admin token", "GET", "/sim/charges", get("/sim/charges"), 401, payment.ProblemUnauthorized},
@@ -347,7 +354,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		payment.ProblemUnsupportedMedia, payment.ProblemUnsupportedEncoding, payment.ProblemCrossOrigin, payment.ProblemTooManyRequests, payment.ProblemInternal,
 		payment.ProblemInvalidWebhook, payment.ProblemEventInProgress, payment.ProblemEventNotApplied,
 		payment.ProblemKeyExpired, payment.ProblemNotRefundable, payment.ProblemRefundExceeds,
-		payment.ProblemRefundDeclined, payment.ProblemRefundNotDone,
+		payment.ProblemRefundDeclined, payment.ProblemRefundNotDone, payment.ProblemReplicaBehind,
 	}
 	notScripted := []string{payment.ProblemInternal}
 	var specTypes []string
@@ -580,6 +587,13 @@ func demoAnswers(t *testing.T) []answerCase {
 		answerCase{"demo charges head, ledger closed", "HEAD", "/demo/charges", e.do("HEAD", "/demo/charges", nil), 503, ""},
 		answerCase{"demo reconcile, database closed", "POST", "/demo/reconcile", e.do("POST", "/demo/reconcile", nil), 503, payment.ProblemUnavailable},
 	)
+}
+
+// whileReplicaBehind answers do while the replica is reported behind.
+func whileReplicaBehind(behind *atomic.Bool, do func() response) response {
+	behind.Store(true)
+	defer behind.Store(false)
+	return do()
 }
 
 // inProgress answers a retry of key while its first request is still at the

@@ -244,5 +244,11 @@ func (s *server) handleListRefunds(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	if s.ReplicaBehind != nil {
+		if detail, behind := s.ReplicaBehind(); behind {
+			writeProblem(w, payment.Problem{Type: payment.ProblemReplicaBehind, Title: "Replica behind", Status: http.StatusServiceUnavailable, Detail: detail})
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }

@@ -39,7 +39,10 @@ type Config struct {
 	CountWebhook func(provider, eventType, outcome string)
 	// CountRefund, if set, is told the outcome of every refund request.
 	CountRefund func(outcome string)
-	Log         *slog.Logger
+	// ReplicaBehind, if set, is asked at each GET /healthz: behind makes it
+	// 503 replica-behind, detail saying how far.
+	ReplicaBehind func() (detail string, behind bool)
+	Log           *slog.Logger
 }
 
 type server struct {

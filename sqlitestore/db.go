@@ -39,6 +39,11 @@ type Options struct {
 	// replays (package replaycache). Default replaycache.DefaultBytes;
 	// negative keeps none.
 	ReplayCacheBytes int
+	// NoCheckpoint keeps the writer from checkpointing the WAL
+	// (wal_autocheckpoint(0)): a replicator that must read every frame
+	// before it reaches the database file (package replica) checkpoints
+	// instead, after it has copied them.
+	NoCheckpoint bool
 }
 
 // DB is oncepay's SQLite database: one writer connection fed by a group
@@ -77,6 +82,10 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Set("_txlock", "immediate")
 	wq := q.Encode()
+	if opts.NoCheckpoint {
+		// The writer's alone: the readers never commit, so never checkpoint.
+		wq += "&_pragma=wal_autocheckpoint%280%29"
+	}
 	w, err := sql.Open("sqlite", path+"?"+wq)
 	if err != nil {
 		return nil, err

@@ -605,3 +605,62 @@ func TestOlderFileGetsTheAdminIndex(t *testing.T) {
 		}
 	}
 }
+
+// NoCheckpoint leaves checkpoints to a replicator: the writer's automatic
+// checkpoint is off, and only with the option.
+func TestNoCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		opts Options
+		want int
+	}{
+		{Options{}, 1000},
+		{Options{NoCheckpoint: true}, 0},
+	} {
+		db := MustOpen(t, tc.opts)
+		var got int
+		if err := db.w.QueryRow(`PRAGMA wal_autocheckpoint`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("NoCheckpoint %v: wal_autocheckpoint = %d, want %d", tc.opts.NoCheckpoint, got, tc.want)
+		}
+	}
+}
+
+// A restored file is marked until serve has settled it, and no lease in it
+// outlives the restore: their holders ran on the machine that was lost.
+func TestMarkRestored(t *testing.T) {
+	ctx := context.Background()
+	db := MustOpen(t, Options{})
+	if note, _, err := db.Restored(ctx); err != nil || note != "" {
+		t.Fatalf("Restored before any restore = %q, %v, want none", note, err)
+	}
+	for k, claimed := range map[string]time.Time{"live": t0, "expired": t0.Add(-2 * time.Minute)} {
+		if ok, err := db.Claim(ctx, newAttempt(k, claimed, time.Minute)); !ok || err != nil {
+			t.Fatalf("claim %s = %v, %v", k, ok, err)
+		}
+	}
+	restoredAt := t0.Add(time.Second)
+	if err := db.MarkRestored(ctx, "file:///replica up to then", restoredAt); err != nil {
+		t.Fatal(err)
+	}
+	note, at, err := db.Restored(ctx)
+	if err != nil || note != "file:///replica up to then" || !at.Equal(restoredAt) {
+		t.Errorf("Restored = %q, %v, %v, want the note and %v", note, at, err, restoredAt)
+	}
+	for k, want := range map[string]time.Time{"live": restoredAt, "expired": t0.Add(-time.Minute)} {
+		a, err := db.Attempt(ctx, "s", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a.LeaseExpiresAt.Equal(want) {
+			t.Errorf("%s: lease until %v, want %v", k, a.LeaseExpiresAt, want)
+		}
+	}
+	if err := db.ClearRestored(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if note, _, err := db.Restored(ctx); err != nil || note != "" {
+		t.Errorf("Restored after ClearRestored = %q, %v, want none", note, err)
+	}
+}
