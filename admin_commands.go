@@ -48,12 +48,14 @@ func runMerchant(ctx context.Context, args []string, getenv func(string) string,
 	var (
 		lim     payment.OfflineLimits
 		disable bool
+		window  time.Duration
 	)
 	register := func(fs *flag.FlagSet) {
 		fs.Int64Var(&lim.MaxAmount, "max-amount", 0, "offline: the largest payment taken offline, in minor units of any one currency")
 		fs.Int64Var(&lim.MaxTotal, "max-total", 0, "offline: the most taken offline and not yet forwarded, in minor units, in each currency")
 		fs.DurationVar(&lim.MaxAge, "max-age", 0, "offline: how long a payment taken offline may wait for the provider; past it, it expires uncharged (at most the provider's idempotency window, 24h)")
 		fs.BoolVar(&disable, "disable", false, "offline: take no payments offline (the default)")
+		fs.DurationVar(&window, "provider-window", payment.ProviderKeyWindow, "offline: how long the provider remembers an idempotency key (Stripe and the simulated provider's default: 24h); --max-age may not pass it")
 	}
 	return storeCommand(ctx, "merchant", synopsis, args, getenv, stderr, register, func(db payment.Database, sub string, pos []string) error {
 		switch {
@@ -67,7 +69,7 @@ func runMerchant(ctx context.Context, args []string, getenv func(string) string,
 		case sub == "list" && len(pos) == 0:
 			return listMerchants(ctx, db, stdout)
 		case sub == "offline" && len(pos) == 1:
-			return setOffline(ctx, db, pos[0], lim, disable, stdout)
+			return setOffline(ctx, db, pos[0], lim, disable, window, stdout)
 		}
 		return errors.New("usage: oncepay " + synopsis)
 	})
@@ -97,7 +99,7 @@ func listMerchants(ctx context.Context, db payment.Database, stdout io.Writer) e
 // setOffline sets (or, with disable, removes) a merchant's offline limits.
 // The max age may not pass the provider's idempotency window: a payment
 // forwarded after the provider forgot its key could be charged twice.
-func setOffline(ctx context.Context, db payment.Database, id string, lim payment.OfflineLimits, disable bool, stdout io.Writer) error {
+func setOffline(ctx context.Context, db payment.Database, id string, lim payment.OfflineLimits, disable bool, window time.Duration, stdout io.Writer) error {
 	merchants, err := db.Merchants(ctx)
 	if err != nil {
 		return err
@@ -115,7 +117,7 @@ func setOffline(ctx context.Context, db payment.Database, id string, lim payment
 		fmt.Fprintf(stdout, "merchant %s takes no payments offline; payments already queued are still forwarded\n", id)
 		return nil
 	}
-	if err := lim.Validate(payment.ProviderKeyWindow); err != nil {
+	if err := lim.Validate(window); err != nil {
 		return fmt.Errorf("merchant offline: %w", err)
 	}
 	if err := db.SetOfflineLimits(ctx, id, &lim); err != nil {

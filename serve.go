@@ -45,6 +45,7 @@ type config struct {
 	public            bool // demo on an address other than loopback
 	simDB             string
 	simFaults         sim.Faults
+	simKeyWindow      time.Duration
 	providerTimeout   time.Duration
 	lease             time.Duration
 	maxBatch          int
@@ -103,6 +104,7 @@ func (c *config) registerProvider(fs *flag.FlagSet) {
 	fs.StringVar(&c.stripeURL, "stripe-url", "", `with --provider stripe: the API's base URL, for a test server such as stripe-mock (default Stripe's own)`)
 	fs.StringVar(&c.simDB, "sim-db", "", `ledger file of the in-process simulated provider (default: the --db name with "-sim" added)`)
 	registerFaults(fs, &c.simFaults)
+	registerKeyWindow(fs, &c.simKeyWindow)
 	fs.DurationVar(&c.providerTimeout, "provider-timeout", 10*time.Second, "longest wait for one provider call; past it the outcome is unknown (503)")
 	fs.DurationVar(&c.lease, "lease", 30*time.Second, "how long a request owns its claim before a retry may take it over; must exceed --provider-timeout")
 	fs.DurationVar(&c.staleAfter, "stale-after", 5*time.Minute, "age after which reconcile settles an attempt still in progress with no live lease; must exceed --lease")
@@ -356,7 +358,7 @@ func (c *config) open(ctx context.Context, log *slog.Logger) (*app, error) {
 		provider = remote.New(c.provider, c.providerTimeout)
 	}
 	if sim {
-		if a.sim, err = openSim(c.simDB, c.simFaults); err != nil {
+		if a.sim, err = openSim(c.simDB, c.simFaults, c.simKeyWindow); err != nil {
 			a.Close()
 			return nil, err
 		}
@@ -422,6 +424,37 @@ func (a *app) Close() error {
 
 func (a *app) reconciler(c *config) (*payment.Reconciler, error) {
 	return payment.NewReconciler(payment.Reconciler{Service: a.service, StaleAfter: c.staleAfter})
+}
+
+// keyWindow is how long the provider remembers an idempotency key: 0 when
+// oncepay cannot know (a sim-provider at a URL keeps its own setting).
+func (c *config) keyWindow() time.Duration {
+	switch c.provider {
+	case "sim":
+		return c.simKeyWindow
+	case "stripe":
+		return stripe.KeyWindow
+	}
+	return 0
+}
+
+// checkOfflineWindow refuses to serve while a merchant's offline max age
+// outlasts the provider's memory of keys: a payment forwarded after the
+// provider forgot its key could be charged twice.
+func (a *app) checkOfflineWindow(ctx context.Context, window time.Duration) error {
+	if window <= 0 {
+		return nil
+	}
+	all, err := a.db.AllOfflineLimits(ctx)
+	if err != nil {
+		return err
+	}
+	for scope, l := range all {
+		if l.MaxAge > window {
+			return fmt.Errorf("merchant %s takes payments offline for up to %s (--max-age), past the provider's idempotency window of %s: a payment forwarded after the provider forgot its key could be charged twice; lower it with oncepay merchant offline", scope, l.MaxAge, window)
+		}
+	}
+	return nil
 }
 
 func (a *app) forwarder() (*payment.Forwarder, error) {
@@ -525,6 +558,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer a.Close()
+	if err := a.checkOfflineWindow(ctx, cfg.keyWindow()); err != nil {
+		return err
+	}
 	m := metrics.New(a.db.InProgress, time.Now)
 	m.Store(a.db)
 	cfg.replica.warn(log, payment.ProviderKeyWindow)
@@ -630,11 +666,12 @@ func (c *config) webhooks() map[string]server.WebhookVerifier {
 	return v
 }
 
-func openSim(path string, faults sim.Faults) (*sim.Sim, error) {
+func openSim(path string, faults sim.Faults, window time.Duration) (*sim.Sim, error) {
 	s, err := sim.Open(path)
 	if err != nil {
 		return nil, err
 	}
+	s.SetKeyWindow(window)
 	if err := s.SetFaults(faults); err != nil {
 		s.Close()
 		return nil, err

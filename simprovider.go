@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/sim"
 )
 
@@ -19,18 +20,20 @@ func runSimProvider(ctx context.Context, args []string, getenv func(string) stri
 	var (
 		addr, db             string
 		faults               sim.Faults
+		window               time.Duration
 		webhookURL, whSecret string
 	)
 	fs := newFlagSet("sim-provider", "sim-provider [flags]", stderr)
 	fs.StringVar(&addr, "addr", "127.0.0.1:8090", "address to listen on")
 	fs.StringVar(&db, "db", "oncepay-sim.db", "the simulated provider's ledger file")
 	registerFaults(fs, &faults)
+	registerKeyWindow(fs, &window)
 	fs.StringVar(&webhookURL, "webhook-url", "", "where to send signed events of every charge and decline, e.g. http://127.0.0.1:8080/v1/webhooks/sim (empty: none)")
 	fs.StringVar(&whSecret, "webhook-secret", "", `the events' signing secret, "whsec_...": oncepay serve's --sim-webhook-secret`)
 	if _, err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
-	s, err := openSim(db, faults)
+	s, err := openSim(db, faults, window)
 	if err != nil {
 		return err
 	}
@@ -61,6 +64,11 @@ func registerFaults(fs *flag.FlagSet, f *sim.Faults) {
 	fs.DurationVar(&f.WebhookDelay, "sim-webhook-delay", 0, "simulated provider: each event waits a random time up to this before its first delivery")
 	fs.Float64Var(&f.WebhookDuplicate, "sim-webhook-duplicate", 0, "simulated provider: probability (0..1) each event delivery is sent twice at once")
 	fs.Float64Var(&f.WebhookReorder, "sim-webhook-reorder", 0, "simulated provider: probability (0..1) an event is held back so later ones overtake it")
+}
+
+// registerKeyWindow registers --sim-key-window.
+func registerKeyWindow(fs *flag.FlagSet, d *time.Duration) {
+	fs.DurationVar(d, "sim-key-window", payment.ProviderKeyWindow, "simulated provider: how long it remembers an idempotency key (Stripe: 24h); past it a charge under the key is a new charge. 0: for ever")
 }
 
 // dedupeFlag is --sim-dedupe, the inverse of Faults.NoDedupe.

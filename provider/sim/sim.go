@@ -58,6 +58,10 @@ type Sim struct {
 	again  *sql.Stmt // one more charge under a key, when dedupe is off
 	byKeyQ *sql.Stmt
 	faults atomic.Pointer[Faults]
+	// window is how long the bank remembers an idempotency key (0: for
+	// ever): past it, a charge under the key is a new charge and a lookup
+	// finds nothing, as at Stripe after 24 hours.
+	window atomic.Int64
 	calls  callLog
 	outbox atomic.Pointer[outbox] // nil: no webhooks configured
 }
@@ -123,7 +127,7 @@ func Open(path string) (*Sim, error) {
 	}
 	if err == nil {
 		s.byKeyQ, err = read.Prepare(`SELECT id, amount, currency, params_hash, created_at
-			FROM sim_charges WHERE idempotency_key = ? ORDER BY copy LIMIT 1`)
+			FROM sim_charges WHERE idempotency_key = ? AND created_at >= ? ORDER BY copy LIMIT 1`)
 	}
 	if err != nil {
 		s.Close()
@@ -213,6 +217,14 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 	insert := s.insert
 	if f.NoDedupe {
 		insert = s.again
+	} else if forgot, err := s.forgot(ctx, req.IdempotencyKey); err != nil {
+		return payment.Charge{}, fmt.Errorf("sim: read charge: %w", err)
+	} else if forgot {
+		// The key's first charge is past the window: forgotten, so this is
+		// a new charge, unless one made since is still remembered.
+		if _, _, err := s.byKey(ctx, req.IdempotencyKey); errors.Is(err, sql.ErrNoRows) {
+			insert = s.again
+		}
 	}
 	n, err := s.writer.Exec(ctx, insert, nil,
 		c.IdempotencyKey, c.ID, c.Amount, c.Currency, req.Source, req.Description, hash, c.CreatedAt.UnixMilli())
@@ -294,13 +306,40 @@ func (s *Sim) Charges(ctx context.Context) ([]payment.Charge, error) {
 	return charges, nil
 }
 
-// byKey reads the charge under key and its parameter hash; the error wraps
-// sql.ErrNoRows if there is none.
+// SetKeyWindow sets how long the bank remembers an idempotency key; 0
+// remembers it for ever.
+func (s *Sim) SetKeyWindow(d time.Duration) { s.window.Store(int64(max(d, 0))) }
+
+// KeyWindow is how long the bank remembers an idempotency key (0: for ever).
+func (s *Sim) KeyWindow() time.Duration { return time.Duration(s.window.Load()) }
+
+// remembered is the oldest creation time (Unix ms) of a charge the bank
+// still knows by its key.
+func (s *Sim) remembered() int64 {
+	if w := s.KeyWindow(); w > 0 {
+		return time.Now().Add(-w).UnixMilli()
+	}
+	return 0
+}
+
+// forgot reports whether the bank holds a charge under key that it made
+// before its key window: the key names nothing now.
+func (s *Sim) forgot(ctx context.Context, key string) (bool, error) {
+	if s.KeyWindow() == 0 {
+		return false, nil
+	}
+	var old int
+	err := s.read.QueryRowContext(ctx, `SELECT count(*) FROM sim_charges WHERE idempotency_key = ? AND created_at < ?`, key, s.remembered()).Scan(&old)
+	return old > 0, err
+}
+
+// byKey reads the charge under key that the bank still remembers, and its
+// parameter hash; the error wraps sql.ErrNoRows if there is none.
 func (s *Sim) byKey(ctx context.Context, key string) (payment.Charge, string, error) {
 	c := payment.Charge{IdempotencyKey: key}
 	var hash string
 	var ms int64
-	err := s.byKeyQ.QueryRowContext(ctx, key).Scan(&c.ID, &c.Amount, &c.Currency, &hash, &ms)
+	err := s.byKeyQ.QueryRowContext(ctx, key, s.remembered()).Scan(&c.ID, &c.Amount, &c.Currency, &hash, &ms)
 	if err != nil {
 		return payment.Charge{}, "", fmt.Errorf("sim: read charge: %w", err)
 	}

@@ -471,3 +471,34 @@ func TestLedgerPrivate(t *testing.T) {
 		return func() { s.Close() }
 	})
 }
+
+// Past its key window the bank forgets a key: a lookup finds nothing, and a
+// charge under it is a new charge, as at Stripe after 24 hours. Within the
+// window the key still dedupes.
+func TestKeyWindow(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t)
+	s.SetKeyWindow(200 * time.Millisecond)
+	req := payment.ChargeRequest{IdempotencyKey: "k", Amount: 100, Currency: "EUR", Source: "tok_visa"}
+	c1, err := s.Charge(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := s.Charge(ctx, req); err != nil || again.ID != c1.ID {
+		t.Errorf("a charge within the window = %v, %v; want %s again", again.ID, err, c1.ID)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if _, found, err := s.Lookup(ctx, payment.LookupRequest{IdempotencyKey: "k"}); found || err != nil {
+		t.Errorf("lookup past the window: found %v, %v; want nothing", found, err)
+	}
+	c2, err := s.Charge(ctx, req)
+	if err != nil || c2.ID == c1.ID {
+		t.Fatalf("a charge past the window = %v, %v; want a new charge", c2.ID, err)
+	}
+	if got, found, err := s.Lookup(ctx, payment.LookupRequest{IdempotencyKey: "k"}); !found || err != nil || got.ID != c2.ID {
+		t.Errorf("lookup after the new charge = %v %v, %v; want %s", got.ID, found, err, c2.ID)
+	}
+	if again, err := s.Charge(ctx, req); err != nil || again.ID != c2.ID {
+		t.Errorf("the new charge's key dedupes = %v, %v; want %s", again.ID, err, c2.ID)
+	}
+}
