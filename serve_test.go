@@ -14,7 +14,7 @@ import (
 )
 
 // What Go's HTTP server answers before oncepay's handler runs is what
-// README says: the request line and headers get 16 KiB in all, and each
+// docs/api.md says: the request line and headers get 16 KiB in all, and each
 // refusal's status and Content-Type (a 417 has none, and no body).
 func TestAnswersBeforeOncepay(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -262,7 +262,7 @@ func (r *retries) add(o retries) {
 	r.Unavailable += o.Unavailable
 }
 
-// payUntilFinal pays in, retrying with its key, as README tells a client
+// payUntilFinal pays in, retrying with its key, as docs/client.md tells a client
 // to: on no answer, 409 in progress and 503; until a final answer, the
 // deadline, or the end of ctx. Each try goes to the server base returns.
 // It runs on a client's goroutine, so it reports with Errorf.

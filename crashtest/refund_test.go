@@ -184,7 +184,7 @@ func makePayments(t *testing.T, c *http.Client, base string, m merchant, prefix 
 }
 
 // refundUntilDead sends in to srv, retrying with its key on 409 in progress
-// and 503 as README tells a client to, until a final answer, a refusal, or
+// and 503 as docs/client.md tells a client to, until a final answer, a refusal, or
 // no answer (the kill). It runs on its own goroutine, so it reports with
 // Errorf.
 func refundUntilDead(t *testing.T, c *http.Client, srv *child, m merchant, in *refundIntent, tally *refundTally) {

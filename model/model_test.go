@@ -25,8 +25,8 @@ const (
 )
 
 // A scope is one bound of the state space: how many clients, and how many
-// crashes, provider faults and stalls the checker may spend (README, "What
-// is proven").
+// crashes, provider faults and stalls the checker may spend (docs/proven.md,
+// the bounds tables).
 type scope struct {
 	name    string
 	defines []string // -D flags to spin

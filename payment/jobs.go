@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Defaults of the maintenance jobs, as README documents them.
+// Defaults of the maintenance jobs, as docs/configuration.md documents them.
 const (
 	DefaultStaleAfter     = 5 * time.Minute
 	DefaultReconcileLimit = 1000

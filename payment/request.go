@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// Limits of a payment request, documented in README.md.
+// Limits of a payment request, documented in docs/api.md.
 const (
 	MaxBodyBytes        = 64 << 10
 	MaxAmount           = 99_999_999 // minor units, as most card acquirers cap it

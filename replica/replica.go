@@ -28,7 +28,7 @@ import (
 	_ "github.com/benbjohnson/litestream/s3"   // s3:// replicas
 )
 
-// Defaults of Config, as README documents them.
+// Defaults of Config, as docs/replication.md documents them.
 const (
 	DefaultSyncInterval = time.Second
 	DefaultRetention    = 24 * time.Hour

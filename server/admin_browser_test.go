@@ -234,7 +234,7 @@ func TestAdminEventsInBrowser(t *testing.T) {
 }
 
 // screenshot writes the page to docs/NAME when ONCEPAY_SCREENSHOTS is set:
-// how README's pictures are made.
+// how the pictures in docs/ are made.
 func (e *env) screenshot(t *testing.T, ctx context.Context, name string) bool {
 	if os.Getenv("ONCEPAY_SCREENSHOTS") == "" {
 		return false

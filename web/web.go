@@ -6,7 +6,7 @@ package web
 import _ "embed" // for go:embed
 
 // OpenAPI is the OpenAPI 3.1 document of oncepay's public API, served at
-// /openapi.yaml. It is the contract README.md's API section describes.
+// /openapi.yaml. It is the contract docs/api.md describes.
 //
 //go:embed openapi.yaml
 var OpenAPI []byte
