@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/oncepay/oncepay/payment"
@@ -28,6 +29,14 @@ func storeCommand(ctx context.Context, name, synopsis string, args []string, get
 	fs := newFlagSet(name+" "+sub, synopsis, stderr)
 	cfg.registerStore(fs)
 	register(fs)
+	if strings.HasPrefix(sub, "-") {
+		// No subcommand first: --help lists the flags, anything else is a
+		// usage error, and neither opens (or creates) a database.
+		if _, err := parseFlags(fs, append([]string{sub}, args...), getenv); err != nil {
+			return err
+		}
+		return fmt.Errorf("usage: oncepay %s", synopsis)
+	}
 	pos, err := parseFlags(fs, args, getenv)
 	if err != nil {
 		return err
