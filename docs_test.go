@@ -1,10 +1,17 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -250,4 +257,134 @@ func TestMarkdownLinks(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("markdownLinks = %v, want %v", got, want)
 	}
+}
+
+// TestFlagsDocumented checks that every flag a command's --help lists is on
+// docs/configuration.md, in a section whose heading names the command (in
+// backticks): the commands are the cases of run's switch, so a new command
+// or flag fails here until it is documented.
+func TestFlagsDocumented(t *testing.T) {
+	const page = "docs/configuration.md"
+	src, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := runCommands(t)
+	if len(cmds) < 10 {
+		t.Fatalf("found %d commands in run's switch: %v", len(cmds), cmds)
+	}
+	for _, cmd := range cmds {
+		flags := helpFlags(t, cmd)
+		if len(flags) == 0 {
+			continue // version takes none
+		}
+		section := commandSection(string(src), cmd)
+		if section == "" {
+			t.Errorf("%s has no section whose heading names `%s`; its flags: %v", page, cmd, flags)
+			continue
+		}
+		for _, f := range flags {
+			if !strings.Contains(section, "`--"+f+"`") {
+				t.Errorf("%s: the section of `%s` does not document `--%s`", page, cmd, f)
+			}
+		}
+	}
+}
+
+// runCommands returns the commands main.go's run dispatches on: the string
+// cases of its switch, less help and the flag-like spellings.
+func runCommands(t *testing.T) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Name.Name != "run" {
+			continue
+		}
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			cc, ok := n.(*ast.CaseClause)
+			if !ok {
+				return true
+			}
+			for _, e := range cc.List {
+				lit, ok := e.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					continue
+				}
+				name, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if name != "help" && !strings.HasPrefix(name, "-") {
+					cmds = append(cmds, name)
+				}
+			}
+			return true
+		})
+	}
+	return cmds
+}
+
+var helpFlagLine = regexp.MustCompile(`(?m)^  --([a-z0-9-]+) \(`)
+
+// helpFlags returns the flags "oncepay CMD --help" lists, with no
+// environment but a --db in a temporary directory, so a command that opened
+// its database anyway would leave nothing behind.
+func helpFlags(t *testing.T, cmd string) []string {
+	t.Helper()
+	getenv := env(map[string]string{"ONCEPAY_DB": filepath.Join(t.TempDir(), "oncepay.db")})
+	var stdout, stderr strings.Builder
+	err := run(context.Background(), []string{cmd, "--help"}, getenv, &stdout, &stderr)
+	if err == nil && !strings.Contains(stderr.String(), "--") {
+		return nil // a command without flags ignores --help
+	}
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("oncepay %s --help = %v, want flag.ErrHelp", cmd, err)
+	}
+	var flags []string
+	for _, m := range helpFlagLine.FindAllStringSubmatch(stderr.String(), -1) {
+		flags = append(flags, m[1])
+	}
+	if len(flags) == 0 {
+		t.Fatalf("oncepay %s --help lists no flags:\n%s", cmd, stderr.String())
+	}
+	return flags
+}
+
+// commandSection returns the text of every section of the page whose
+// heading names cmd in backticks, each up to the next heading of its level
+// or above.
+func commandSection(src, cmd string) string {
+	lines := strings.Split(src, "\n")
+	prose := proseLines(src)
+	var b strings.Builder
+	for i := 0; i < len(lines); i++ {
+		level := headingLevel(prose[i])
+		if level == 0 || !strings.Contains(lines[i], "`"+cmd+"`") {
+			continue
+		}
+		for j := i; j < len(lines); j++ {
+			if j > i {
+				if l := headingLevel(prose[j]); l > 0 && l <= level {
+					break
+				}
+			}
+			b.WriteString(lines[j])
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// headingLevel is the level of an ATX heading line, 0 for any other line.
+func headingLevel(line string) int {
+	if !headingRe.MatchString(line) {
+		return 0
+	}
+	trimmed := strings.TrimLeft(line, " ")
+	return len(trimmed) - len(strings.TrimLeft(trimmed, "#"))
 }
