@@ -40,7 +40,7 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 		registry: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_payment_requests_total",
-			Help: "POST /v1/payments requests by outcome: created, replayed, declined, key_reused, in_progress, outcome_unknown, bad_request, unauthorized, unavailable, internal.",
+			Help: "POST /v1/payments requests by outcome: created, replayed, queued, declined, key_reused, in_progress, outcome_unknown, bad_request, unauthorized, unavailable, internal.",
 		}, []string{"outcome"}),
 		refunds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_refund_requests_total",

@@ -92,6 +92,8 @@ func TestOfflineQueueAndForward(t *testing.T) {
 		`oncepay_offline_payments_total{currency="EUR",verdict="queued"}`:     2,
 		`oncepay_offline_payments_total{currency="EUR",verdict="over_total"}`: 1,
 		`oncepay_offline_amount_total{currency="EUR",verdict="over_amount"}`:  1001,
+		`oncepay_payment_requests_total{outcome="queued"}`:                    3,
+		`oncepay_payment_requests_total{outcome="declined"}`:                  1,
 	} {
 		if got, ok := m[series]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)

@@ -158,6 +158,8 @@ func (s *server) writeResult(w http.ResponseWriter, r *http.Request, res payment
 		info.outcome = "replayed"
 	case res.Status == http.StatusCreated:
 		info.outcome = "created"
+	case res.Status == http.StatusAccepted: // taken offline: queued, not declined
+		info.outcome = "queued"
 	default:
 		info.outcome = "declined"
 	}
