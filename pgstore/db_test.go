@@ -61,6 +61,22 @@ func TestContract(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
+			InFlight: func(t *testing.T, sql string) func() {
+				tx := otherInstance(t, url)
+				if _, err := tx.Exec(context.Background(), sql); err != nil {
+					t.Fatal(err)
+				}
+				var once sync.Once
+				commit := func() {
+					once.Do(func() {
+						if err := tx.Commit(context.Background()); err != nil {
+							t.Error(err)
+						}
+					})
+				}
+				t.Cleanup(commit)
+				return commit
+			},
 		}
 	})
 }

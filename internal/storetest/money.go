@@ -145,6 +145,43 @@ func testRecordSettlesRefunds(t *testing.T, h Harness) {
 	}
 }
 
+// A refund of all that is left, racing another instance's refund whose
+// reservation is written and not yet committed, waits for it, then takes
+// what that one left: never a 409 for asking what was there before. (On
+// PostgreSQL the read of what is left locks the payment's row: a read that
+// did not would see the amount from before the other reservation, and its
+// guarded UPDATE, run once the wait is over, would refuse it.)
+func testRefundOfTheRestWaits(t *testing.T, h Harness) {
+	ctx, db := context.Background(), h.Store
+	id := paid(t, db, "pay")
+	commit := h.InFlight(t, `UPDATE payments SET amount_reserved = amount_reserved + 300 WHERE id = '`+id+`'`)
+	rest := refundAttempt("rest", id, 0)
+	done := make(chan error, 1)
+	go func() {
+		ok, err := db.Claim(ctx, rest)
+		if err == nil && !ok {
+			err = errors.New("not claimed")
+		}
+		done <- err
+	}()
+	h.WaitBlocked(t, 1)
+	select {
+	case err := <-done:
+		t.Fatalf("Claim(all that is left) returned while the other reservation was in flight: %v", err)
+	default:
+	}
+	commit()
+	if err := <-done; err != nil {
+		t.Fatalf("Claim(all that is left) after the other reservation committed: %v, want claimed", err)
+	}
+	if rest.Amount != 700 || rest.Currency != "EUR" {
+		t.Errorf("refund of all that is left claimed %d %s, want the 700 EUR the other left", rest.Amount, rest.Currency)
+	}
+	if p := mustPayment(t, db, id); p.AmountReserved != 1000 || p.AmountRefunded != 0 {
+		t.Errorf("payment: reserved %d, refunded %d, want 1000 reserved (300 and the 700 left)", p.AmountReserved, p.AmountRefunded)
+	}
+}
+
 // A refund is refused, writing nothing, for a payment that does not exist
 // (or is another merchant's), is not succeeded, or has too little left.
 func testRefundRefusals(t *testing.T, h Harness) {

@@ -33,6 +33,11 @@ type Harness struct {
 	// Exec runs sql on Store's database as another program would: an
 	// older binary, an operator.
 	Exec func(t *testing.T, sql string)
+	// InFlight runs sql in a transaction on Store's database, as another
+	// instance's write, and holds it open, written and not committed,
+	// until commit is called. Store's writes of the rows it wrote wait for
+	// it (with SQLite's one writer, every write does).
+	InFlight func(t *testing.T, sql string) (commit func())
 }
 
 // Races is how many goroutines race in the race tests: a pool that lets
@@ -71,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"RefundReservationRace", testRefundReservationRace},
 		{"RecordSettlesRefunds", testRecordSettlesRefunds},
 		{"RefundRefusals", testRefundRefusals},
+		{"RefundOfTheRestWaits", testRefundOfTheRestWaits},
 		{"PaymentsOutliveKeys", testPaymentsOutliveKeys},
 		{"KeyExpiresWhateverDeletesItsRecord", testKeyExpiresWhateverDeletesItsRecord},
 		{"Answer", testAnswer},
