@@ -198,6 +198,12 @@ func testForwardClaims(t *testing.T, h Harness) {
 	if err := s.ReleaseForward(ctx, a.ID, 2, "link down", t0); err != nil {
 		t.Fatal(err)
 	}
+	// A forwarder that read the queue before the winner's claim claims
+	// nothing, though no lease holds the payment now: what it read (not
+	// reached: charge without asking first) is stale.
+	if _, ok, err := s.ClaimForward(ctx, a.ID, 1, t0, t0.Add(time.Minute)); ok || err != nil {
+		t.Errorf("ClaimForward under the fence read before the winner's claim = %v, %v, want refused", ok, err)
+	}
 	fs, err := s.Forwards(ctx, 10)
 	i = slices.IndexFunc(fs, func(f payment.Forward) bool { return f.PaymentID == a.ID })
 	if err != nil || len(fs) != 2 || i < 0 || fs[i].Tries != 1 || !fs[i].Reached || fs[i].LastError != "link down" || !fs[i].LeaseExpiresAt.IsZero() {
