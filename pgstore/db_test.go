@@ -61,6 +61,22 @@ func TestContract(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
+			InFlight: func(t *testing.T, sql string) func() {
+				tx := otherInstance(t, url)
+				if _, err := tx.Exec(context.Background(), sql); err != nil {
+					t.Fatal(err)
+				}
+				var once sync.Once
+				commit := func() {
+					once.Do(func() {
+						if err := tx.Commit(context.Background()); err != nil {
+							t.Error(err)
+						}
+					})
+				}
+				t.Cleanup(commit)
+				return commit
+			},
 		}
 	})
 }
@@ -436,26 +452,7 @@ func TestClaimWaitingForAPurgeOfItsKey(t *testing.T) {
 	if _, err := tx.Exec(ctx, `DELETE FROM payment_attempts WHERE idempotency_key = 'k'`); err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		ok  bool
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		ok, err := db.Claim(ctx, storetest.NewAttempt("k", raceT0.Add(time.Hour), time.Minute))
-		done <- result{ok, err}
-	}()
-	for waiting := 0; waiting == 0; { // until the claim waits for the purge's lock
-		if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case r := <-done:
-			t.Fatalf("Claim did not wait for the purge: %v, %v", r.ok, r.err)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	done := claimWaiting(t, db, storetest.NewAttempt("k", raceT0.Add(time.Hour), time.Minute))
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -466,4 +463,83 @@ func TestClaimWaitingForAPurgeOfItsKey(t *testing.T) {
 	if _, err := db.Attempt(ctx, "s", "k"); payment.ErrorCode(err) != payment.ENOTFOUND {
 		t.Errorf("Attempt after the refused claim: %v, want none", err)
 	}
+}
+
+// The same race for a refund's key: the late retry of a refund whose key
+// another instance is purging waits for that purge, then is refused as
+// expired, naming the refund, and reserves nothing; nor is the key claimed
+// by the retry after. A refund's claim that read expired_keys before its
+// INSERT would read it before the wait, find the key not yet moved, and
+// refund the money a second time.
+func TestRefundClaimWaitingForAPurgeOfItsKey(t *testing.T) {
+	ctx := context.Background()
+	db, url := mustOpen(t, 8)
+	paid := paidRefundedAndPurged(t, db)
+	refunds, err := db.Refunds(ctx, "s", paid.ID)
+	if err != nil || len(refunds) != 1 {
+		t.Fatalf("Refunds = %+v, %v, want the one", refunds, err)
+	}
+	tx := otherInstance(t, url) // the other instance's purge of the refund's key, in flight
+	if _, err := tx.Exec(ctx, `DELETE FROM payment_attempts WHERE idempotency_key = 'ref'`); err != nil {
+		t.Fatal(err)
+	}
+	retry := func(at time.Time) *payment.Attempt {
+		a := payment.NewRefundAttempt("s", "ref", payment.RefundRequest{PaymentID: paid.ID, Amount: 100}, at, time.Minute)
+		return &a
+	}
+	done := claimWaiting(t, db, retry(raceT0.Add(2*time.Hour)))
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expired := func(what string, r claimResult) {
+		t.Helper()
+		var pe *payment.Error
+		if r.ok || payment.ErrorCode(r.err) != payment.EKEYEXPIRED || !errors.As(r.err, &pe) ||
+			pe.RefundID != refunds[0].ID || pe.PaymentID != paid.ID {
+			t.Errorf("%s = %v, %v, want refused as expired, naming refund %s", what, r.ok, r.err, refunds[0].ID)
+		}
+	}
+	expired("the retry that waited for the purge", <-done)
+	ok, err := db.Claim(ctx, retry(raceT0.Add(3*time.Hour)))
+	expired("a retry after it", claimResult{ok, err})
+	if _, err := db.Attempt(ctx, "s", "ref"); payment.ErrorCode(err) != payment.ENOTFOUND {
+		t.Errorf("Attempt after the refused retries: %v, want none", err)
+	}
+	p, err := db.Payment(ctx, "s", paid.ID)
+	if err != nil || p.AmountRefunded != 100 || p.AmountReserved != 0 {
+		t.Errorf("payment after the refused retries = %+v, %v, want 100 refunded, nothing reserved", p, err)
+	}
+	if rs, err := db.Refunds(ctx, "s", paid.ID); err != nil || len(rs) != 1 {
+		t.Errorf("Refunds after the refused retries = %d, %v, want the one", len(rs), err)
+	}
+}
+
+type claimResult struct {
+	ok  bool
+	err error
+}
+
+// claimWaiting starts db.Claim(a) and returns once the claim waits for a
+// lock another transaction holds; the claim's result comes on the channel.
+// A claim that returns without waiting fails the test.
+func claimWaiting(t *testing.T, db *DB, a *payment.Attempt) <-chan claimResult {
+	t.Helper()
+	ctx := context.Background()
+	done := make(chan claimResult, 1)
+	go func() {
+		ok, err := db.Claim(ctx, a)
+		done <- claimResult{ok, err}
+	}()
+	for waiting := 0; waiting == 0; {
+		if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("Claim(%s) did not wait for the other transaction: %v, %v", a.Key, r.ok, r.err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return done
 }

@@ -59,6 +59,7 @@ func TestContract(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
+			InFlight: func(t *testing.T, sql string) func() { return inFlight(t, db, sql) },
 		}
 	})
 }
@@ -80,6 +81,31 @@ func holdWriter(t *testing.T, db *DB) (release func()) {
 	release = func() { once.Do(func() { close(done) }) }
 	t.Cleanup(release)
 	return release
+}
+
+// inFlight runs sql in a write of the store's one writer and holds it
+// there, not committed, until commit is called: every write that comes
+// meanwhile queues behind it.
+func inFlight(t *testing.T, db *DB, query string) (commit func()) {
+	t.Helper()
+	written, done := make(chan error, 1), make(chan struct{})
+	go func() {
+		db.write(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, query)
+			written <- err
+			if err == nil {
+				<-done
+			}
+			return err
+		})
+	}()
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	commit = func() { once.Do(func() { close(done) }) }
+	t.Cleanup(commit)
+	return commit
 }
 
 // waitQueued waits until n writes queue for the writer.

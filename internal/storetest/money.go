@@ -16,11 +16,18 @@ import (
 // returns its id.
 func paid(t *testing.T, s payment.Store, key string) string {
 	t.Helper()
+	return paidIn(t, s, "s", key)
+}
+
+// paidIn is paid in scope.
+func paidIn(t *testing.T, s payment.Store, scope, key string) string {
+	t.Helper()
 	a := NewAttempt(key, t0, time.Minute)
+	a.Scope = scope
 	mustClaim(t, s, a)
 	o := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}\n"), ChargeID: "ch_" + key}
-	if ok, err := s.Record(context.Background(), payment.KindPayment, "s", key, 1, o, t0); !ok || err != nil {
-		t.Fatalf("Record(%s) = %v, %v", key, ok, err)
+	if ok, err := s.Record(context.Background(), payment.KindPayment, scope, key, 1, o, t0); !ok || err != nil {
+		t.Fatalf("Record(%s/%s) = %v, %v", scope, key, ok, err)
 	}
 	return a.ID
 }
@@ -28,7 +35,12 @@ func paid(t *testing.T, s payment.Store, key string) string {
 // refundAttempt is a refund of amount (0: all that is left) of paymentID
 // under key, claimed at t0.
 func refundAttempt(key, paymentID string, amount int64) *payment.Attempt {
-	a := payment.NewRefundAttempt("s", key, payment.RefundRequest{PaymentID: paymentID, Amount: amount}, t0, time.Minute)
+	return refundIn("s", key, paymentID, amount)
+}
+
+// refundIn is refundAttempt in scope.
+func refundIn(scope, key, paymentID string, amount int64) *payment.Attempt {
+	a := payment.NewRefundAttempt(scope, key, payment.RefundRequest{PaymentID: paymentID, Amount: amount}, t0, time.Minute)
 	return &a
 }
 
@@ -49,6 +61,7 @@ func mustPayment(t *testing.T, s payment.Store, id string) *payment.Payment {
 func testRefundReservationRace(t *testing.T, h Harness) {
 	ctx, db := context.Background(), h.Store
 	id := paid(t, db, "pay")
+	others := refundBystanders(t, db, "pay", 100, refundKey(0), refundKey(1), refundKey(2))
 	release := h.HoldWrites(t)
 	var (
 		wins    atomic.Int32
@@ -91,6 +104,7 @@ func testRefundReservationRace(t *testing.T, h Harness) {
 			t.Errorf("Attempt(refund %d) = %v, claimed %v: a refused claim must leave nothing", i, err, won)
 		}
 	}
+	others()
 }
 
 func refundKey(i int) string { return "refund-" + string(rune('a'+i%26)) + string(rune('a'+i/26)) }
@@ -102,6 +116,7 @@ func refundKey(i int) string { return "refund-" + string(rune('a'+i%26)) + strin
 func testRecordSettlesRefunds(t *testing.T, h Harness) {
 	ctx, db := context.Background(), h.Store
 	id := paid(t, db, "pay")
+	others := refundBystanders(t, db, "pay", 200, "r1", "r2", "rest")
 	for _, k := range []string{"r1", "r2"} {
 		mustClaim(t, db, refundAttempt(k, id, 300))
 	}
@@ -143,6 +158,52 @@ func testRecordSettlesRefunds(t *testing.T, h Harness) {
 	if r := refunds[1]; r.Status != payment.Failed || r.FailureCode != "declined" {
 		t.Errorf("second refund = %+v, want failed, declined", r)
 	}
+	others()
+	if rs, err := db.Refunds(ctx, otherScope, id); err != nil || len(rs) != 0 {
+		t.Errorf("Refunds of the payment in the other merchant's scope = %+v, %v, want none", rs, err)
+	}
+	if _, err := db.Payment(ctx, otherScope, id); payment.ErrorCode(err) != payment.ENOTFOUND {
+		t.Errorf("Payment in the other merchant's scope = %v, want not found", err)
+	}
+}
+
+// A refund of all that is left, racing another instance's refund whose
+// reservation is written and not yet committed, waits for it, then takes
+// what that one left: never a 409 for asking what was there before. (On
+// PostgreSQL the read of what is left locks the payment's row: a read that
+// did not would see the amount from before the other reservation, and its
+// guarded UPDATE, run once the wait is over, would refuse it.)
+func testRefundOfTheRestWaits(t *testing.T, h Harness) {
+	ctx, db := context.Background(), h.Store
+	id := paid(t, db, "pay")
+	others := refundBystanders(t, db, "pay", 100, "rest")
+	commit := h.InFlight(t, `UPDATE payments SET amount_reserved = amount_reserved + 300 WHERE id = '`+id+`'`)
+	rest := refundAttempt("rest", id, 0)
+	done := make(chan error, 1)
+	go func() {
+		ok, err := db.Claim(ctx, rest)
+		if err == nil && !ok {
+			err = errors.New("not claimed")
+		}
+		done <- err
+	}()
+	h.WaitBlocked(t, 1)
+	select {
+	case err := <-done:
+		t.Fatalf("Claim(all that is left) returned while the other reservation was in flight: %v", err)
+	default:
+	}
+	commit()
+	if err := <-done; err != nil {
+		t.Fatalf("Claim(all that is left) after the other reservation committed: %v, want claimed", err)
+	}
+	if rest.Amount != 700 || rest.Currency != "EUR" {
+		t.Errorf("refund of all that is left claimed %d %s, want the 700 EUR the other left", rest.Amount, rest.Currency)
+	}
+	if p := mustPayment(t, db, id); p.AmountReserved != 1000 || p.AmountRefunded != 0 {
+		t.Errorf("payment: reserved %d, refunded %d, want 1000 reserved (300 and the 700 left)", p.AmountReserved, p.AmountRefunded)
+	}
+	others()
 }
 
 // A refund is refused, writing nothing, for a payment that does not exist
@@ -217,6 +278,14 @@ func testPaymentsOutliveKeys(t *testing.T, h Harness) {
 	if _, err := db.Attempt(ctx, "s", "pay"); payment.ErrorCode(err) != payment.ENOTFOUND {
 		t.Errorf("Attempt after the refused retry = %v, want none", err)
 	}
+	// Another merchant's keys of the same names are its own, never spent.
+	for _, key := range []string{"pay", "r1"} {
+		a := NewAttempt(key, t0.Add(2*time.Hour), time.Minute)
+		a.Scope = otherScope
+		if ok, err := db.Claim(ctx, a); !ok || err != nil {
+			t.Errorf("the other merchant's first claim of %s = %v, %v, want claimed", key, ok, err)
+		}
+	}
 	if n, err := db.PurgePayments(ctx, t0.Add(time.Hour), 10); n != 1 || err != nil {
 		t.Errorf("PurgePayments = %d, %v, want 1: not the one with a refund in progress", n, err)
 	}
@@ -234,6 +303,7 @@ func testPaymentsOutliveKeys(t *testing.T, h Harness) {
 // Answer reads what a replay needs, the same as the whole attempt says.
 func testAnswer(t *testing.T, h Harness) {
 	ctx, db := context.Background(), h.Store
+	others := bystanders(t, db, "k")
 	a := NewAttempt("k", t0, time.Minute)
 	mustClaim(t, db, a)
 	got, err := db.Answer(ctx, "s", "k")
@@ -263,6 +333,7 @@ func testAnswer(t *testing.T, h Harness) {
 	if got, err := db.Answer(ctx, "s", "k"); payment.ErrorCode(err) != payment.ENOTFOUND {
 		t.Errorf("Answer after the key's record was purged = %+v, %v, want not found", got, err)
 	}
+	others()
 }
 
 // A key's record deleted by any code, not only this store's purge (an
@@ -281,6 +352,11 @@ func testKeyExpiresWhateverDeletesItsRecord(t *testing.T, h Harness) {
 		if ok || payment.ErrorCode(err) != payment.EKEYEXPIRED || !errors.As(err, &pe) || pe.PaymentID != id {
 			t.Errorf("late retry of %s, whose record was deleted behind the store = %v, %v, want refused as expired naming %s", key, ok, err, id)
 		}
+		other := NewAttempt(key, t0.Add(time.Hour), time.Minute)
+		other.Scope = otherScope
+		if ok, err := h.Store.Claim(context.Background(), other); !ok || err != nil {
+			t.Errorf("the other merchant's first claim of %s = %v, %v, want claimed", key, ok, err)
+		}
 	}
 }
 
@@ -290,6 +366,7 @@ func testKeyExpiresWhateverDeletesItsRecord(t *testing.T, h Harness) {
 func testReplaysSeePurges(t *testing.T, h Harness) {
 	ctx, now := context.Background(), t0
 	db, other := h.Pair(t, func() time.Time { return now })
+	others := bystanders(t, db, "k1", "k2")
 	answered := func(key string) bool {
 		t.Helper()
 		_, err := db.Answer(ctx, "s", key)
@@ -322,6 +399,7 @@ func testReplaysSeePurges(t *testing.T, h Harness) {
 	if answered("k2") {
 		t.Fatalf("answered %s after another process purged", replaycache.TTL)
 	}
+	others()
 }
 
 func inboxEvent(id string, at time.Time) *payment.InboxEvent {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,6 +40,7 @@ func queue(t *testing.T, s payment.Store, scope, key string, amount int64, curre
 // and its payment is queued.
 func testOfflineLimits(t *testing.T, h Harness) {
 	ctx, s := context.Background(), h.Store
+	others := bystanders(t, s, "off", "big", "b", "c", "d", "e", "usd", "fenced")
 	if _, v := queue(t, s, "s", "off", 500, "EUR"); v != payment.QueueOff {
 		t.Fatalf("verdict with offline off = %s, want %s", v, payment.QueueOff)
 	}
@@ -112,6 +114,7 @@ func testOfflineLimits(t *testing.T, h Harness) {
 	if got, err := s.OfflineLimits(ctx, "s"); err != nil || got != nil {
 		t.Errorf("OfflineLimits after disable = %v, %v, want nil", got, err)
 	}
+	others()
 }
 
 // Payments of one merchant racing into the queue, held until every one
@@ -122,6 +125,7 @@ func testOfflineTotalRace(t *testing.T, h Harness) {
 	if err := s.SetOfflineLimits(ctx, "s", &offlineLimits); err != nil {
 		t.Fatal(err)
 	}
+	others := bystanders(t, s, refundKey(0), refundKey(1), refundKey(2), refundKey(3))
 	as := make([]*payment.Attempt, Races)
 	for i := range as {
 		as[i] = offlineAttempt("s", refundKey(i), 1000, "EUR")
@@ -147,23 +151,29 @@ func testOfflineTotalRace(t *testing.T, h Harness) {
 	if got := queued.Load(); got != 3 {
 		t.Errorf("queued = %d of %d payments of 1000 under a total of 3000, want 3", got, Races)
 	}
+	others()
 }
 
 // Of many forwarders racing for one queued payment exactly one gets it; a
 // settlement under an old fence changes nothing; the settlement leaves the
 // queue, settles attempt and payment, and keeps the 202 every replay gets.
+// Another merchant's payment queued under the same key is left as it was.
 func testForwardClaims(t *testing.T, h Harness) {
 	ctx, s := context.Background(), h.Store
-	if err := s.SetOfflineLimits(ctx, "s", &offlineLimits); err != nil {
-		t.Fatal(err)
+	for _, scope := range []string{"s", otherScope} {
+		if err := s.SetOfflineLimits(ctx, scope, &offlineLimits); err != nil {
+			t.Fatal(err)
+		}
 	}
 	a, _ := queue(t, s, "s", "q", 500, "EUR")
+	b, _ := queue(t, s, otherScope, "q", 700, "EUR")
 	due, err := s.DueForwards(ctx, t0, 10)
-	if err != nil || len(due) != 1 || due[0].PaymentID != a.ID || due[0].Fence != 1 || due[0].Reached {
-		t.Fatalf("DueForwards = %+v, %v, want %s under fence 1, not reached", due, err, a.ID)
+	i := slices.IndexFunc(due, func(f payment.Forward) bool { return f.PaymentID == a.ID })
+	if err != nil || len(due) != 2 || i < 0 || due[i].Fence != 1 || due[i].Reached || due[i].Scope != "s" || due[i].Key != "q" {
+		t.Fatalf("DueForwards = %+v, %v, want %s under fence 1, not reached, and the other merchant's", due, err, a.ID)
 	}
-	if want := t0.Add(time.Hour); !due[0].ExpiresAt.Equal(want) {
-		t.Errorf("ExpiresAt = %s, want %s", due[0].ExpiresAt, want)
+	if want := t0.Add(time.Hour); !due[i].ExpiresAt.Equal(want) {
+		t.Errorf("ExpiresAt = %s, want %s", due[i].ExpiresAt, want)
 	}
 	var wins atomic.Int32
 	var wg sync.WaitGroup
@@ -182,14 +192,21 @@ func testForwardClaims(t *testing.T, h Harness) {
 	if got := wins.Load(); got != 1 {
 		t.Fatalf("forward claims won = %d, want 1", got)
 	}
-	if due, _ := s.DueForwards(ctx, t0.Add(30*time.Second), 10); len(due) != 0 {
-		t.Errorf("DueForwards under a live lease = %d, want 0", len(due))
+	if due, _ := s.DueForwards(ctx, t0.Add(30*time.Second), 10); len(due) != 1 || due[0].PaymentID != b.ID {
+		t.Errorf("DueForwards under a live lease = %+v, want only the other merchant's", due)
 	}
 	if err := s.ReleaseForward(ctx, a.ID, 2, "link down", t0); err != nil {
 		t.Fatal(err)
 	}
+	// A forwarder that read the queue before the winner's claim claims
+	// nothing, though no lease holds the payment now: what it read (not
+	// reached: charge without asking first) is stale.
+	if _, ok, err := s.ClaimForward(ctx, a.ID, 1, t0, t0.Add(time.Minute)); ok || err != nil {
+		t.Errorf("ClaimForward under the fence read before the winner's claim = %v, %v, want refused", ok, err)
+	}
 	fs, err := s.Forwards(ctx, 10)
-	if err != nil || len(fs) != 1 || fs[0].Tries != 1 || !fs[0].Reached || fs[0].LastError != "link down" || !fs[0].LeaseExpiresAt.IsZero() {
+	i = slices.IndexFunc(fs, func(f payment.Forward) bool { return f.PaymentID == a.ID })
+	if err != nil || len(fs) != 2 || i < 0 || fs[i].Tries != 1 || !fs[i].Reached || fs[i].LastError != "link down" || !fs[i].LeaseExpiresAt.IsZero() {
 		t.Fatalf("Forwards after a released try = %+v, %v, want 1 try, reached, its error, no lease", fs, err)
 	}
 	o := payment.Outcome{Status: payment.Succeeded, ChargeID: "ch_q"}
@@ -211,8 +228,30 @@ func testForwardClaims(t *testing.T, h Harness) {
 	if ans, err := s.Answer(ctx, "s", "q"); err != nil || ans.ResponseStatus != 202 || string(ans.ResponseBody) != string(payment.QueuedOutcome(*a).ResponseBody) {
 		t.Errorf("Answer after Forwarded = %v, %v, want the 202", ans, err)
 	}
-	if totals, err := s.QueueTotals(ctx); err != nil || len(totals) != 0 {
-		t.Errorf("QueueTotals after Forwarded = %v, %v, want none", totals, err)
+	want := []payment.QueueTotal{{Currency: "EUR", Count: 1, Amount: 700, Oldest: t0}}
+	if totals, err := s.QueueTotals(ctx); err != nil || !slices.Equal(totals, want) {
+		t.Errorf("QueueTotals after Forwarded = %v, %v, want the other merchant's %v", totals, err, want)
+	}
+	stillQueued(t, s, b)
+}
+
+// stillQueued checks that a, queued at t0, waits in the forward queue as it
+// was queued: its 202, its payment queued, never claimed by a forwarder.
+func stillQueued(t *testing.T, s payment.Store, a *payment.Attempt) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := s.Attempt(ctx, a.Scope, a.Key)
+	if err != nil || got.ID != a.ID || got.Status != payment.Queued || got.ResponseStatus != 202 || got.ChargeID != "" ||
+		string(got.ResponseBody) != string(payment.QueuedOutcome(*a).ResponseBody) {
+		t.Errorf("queued attempt %s/%s = %+v, %v; want it queued with its 202", a.Scope, a.Key, got, err)
+	}
+	if p, err := s.Payment(ctx, a.Scope, a.ID); err != nil || p.Status != payment.Queued || p.ChargeID != "" {
+		t.Errorf("queued payment %s = %+v, %v; want it queued", a.ID, p, err)
+	}
+	fs, err := s.Forwards(ctx, 100)
+	if i := slices.IndexFunc(fs, func(f payment.Forward) bool { return f.PaymentID == a.ID }); err != nil || i < 0 ||
+		fs[i].Fence != 1 || fs[i].Tries != 0 || fs[i].Reached || !fs[i].LeaseExpiresAt.IsZero() || fs[i].Scope != a.Scope || fs[i].Amount != a.Amount {
+		t.Errorf("forward queue = %+v, %v; want %s in it as queued", fs, err, a.ID)
 	}
 }
 
@@ -220,10 +259,13 @@ func testForwardClaims(t *testing.T, h Harness) {
 // long as the payment waits.
 func testPurgeKeepsQueued(t *testing.T, h Harness) {
 	ctx, s := context.Background(), h.Store
-	if err := s.SetOfflineLimits(ctx, "s", &offlineLimits); err != nil {
-		t.Fatal(err)
+	for _, scope := range []string{"s", otherScope} {
+		if err := s.SetOfflineLimits(ctx, scope, &offlineLimits); err != nil {
+			t.Fatal(err)
+		}
 	}
 	a, _ := queue(t, s, "s", "q", 500, "EUR")
+	other, _ := queue(t, s, otherScope, "q", 500, "EUR")
 	if n, err := s.Purge(ctx, t0.Add(48*time.Hour), 100); n != 0 || err != nil {
 		t.Errorf("Purge = %d, %v, want 0: a queued attempt is not final", n, err)
 	}
@@ -243,4 +285,5 @@ func testPurgeKeepsQueued(t *testing.T, h Harness) {
 	if n, err := s.PurgePayments(ctx, t0.Add(48*time.Hour), 100); n != 1 || err != nil {
 		t.Errorf("PurgePayments of the expired = %d, %v, want 1", n, err)
 	}
+	stillQueued(t, s, other)
 }

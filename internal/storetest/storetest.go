@@ -33,6 +33,11 @@ type Harness struct {
 	// Exec runs sql on Store's database as another program would: an
 	// older binary, an operator.
 	Exec func(t *testing.T, sql string)
+	// InFlight runs sql in a transaction on Store's database, as another
+	// instance's write, and holds it open, written and not committed,
+	// until commit is called. Store's writes of the rows it wrote wait for
+	// it (with SQLite's one writer, every write does).
+	InFlight func(t *testing.T, sql string) (commit func())
 }
 
 // Races is how many goroutines race in the race tests: a pool that lets
@@ -71,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"RefundReservationRace", testRefundReservationRace},
 		{"RecordSettlesRefunds", testRecordSettlesRefunds},
 		{"RefundRefusals", testRefundRefusals},
+		{"RefundOfTheRestWaits", testRefundOfTheRestWaits},
 		{"PaymentsOutliveKeys", testPaymentsOutliveKeys},
 		{"KeyExpiresWhateverDeletesItsRecord", testKeyExpiresWhateverDeletesItsRecord},
 		{"Answer", testAnswer},
@@ -112,6 +118,7 @@ func mustAttempt(t *testing.T, s payment.Store, key string) *payment.Attempt {
 // while the key is still free: a claim decided by a read would let them all
 // win, every time.
 func testClaimRace(t *testing.T, h Harness) {
+	others := bystanders(t, h.Store, "k")
 	release := h.HoldWrites(t)
 	var wins atomic.Int32
 	var wg sync.WaitGroup
@@ -135,12 +142,14 @@ func testClaimRace(t *testing.T, h Harness) {
 	if a := mustAttempt(t, h.Store, "k"); a.Fence != 1 || a.Status != payment.InProgress {
 		t.Errorf("attempt = %s fence %d, want in progress, fence 1", a.Status, a.Fence)
 	}
+	others()
 }
 
 // Of many concurrent takeovers of one abandoned attempt under the same
 // fence exactly one wins: two retries (or a retry and reconcile, on any
 // instance) never both own it.
 func testTakeOverRace(t *testing.T, h Harness) {
+	others := bystanders(t, h.Store, "k")
 	mustClaim(t, h.Store, NewAttempt("k", t0, time.Minute))
 	release := h.HoldWrites(t)
 	var wins atomic.Int32
@@ -169,6 +178,7 @@ func testTakeOverRace(t *testing.T, h Harness) {
 	if a := mustAttempt(t, h.Store, "k"); a.Fence != 2 {
 		t.Errorf("fence = %d after the takeovers, want 2", a.Fence)
 	}
+	others()
 }
 
 // The record is guarded twice: by the owner's fence, so an owner whose
@@ -178,6 +188,7 @@ func testTakeOverRace(t *testing.T, h Harness) {
 // settled as a refund. Each refused Record affects no row and says so.
 func testRecordGuards(t *testing.T, h Harness) {
 	ctx, db := context.Background(), h.Store
+	others := bystanders(t, db, "k")
 	a := NewAttempt("k", t0, time.Minute)
 	mustClaim(t, db, a)
 	if _, ok, err := db.TakeOver(ctx, "s", "k", 1, t0.Add(2*time.Minute), t0.Add(3*time.Minute)); !ok || err != nil {
@@ -217,12 +228,14 @@ func testRecordGuards(t *testing.T, h Harness) {
 		!p.UpdatedAt.Equal(t0.Add(2*time.Minute)) {
 		t.Errorf("payment = %s %s %q updated %v, want settled by the first record alone", p.Status, p.ChargeID, p.FailureCode, p.UpdatedAt)
 	}
+	others()
 }
 
 // A live lease cannot be taken over; an expired one can, once per fence;
 // a late owner's Record cannot overwrite what the owner that took over wrote.
 func testRecordFencedAfterTakeOver(t *testing.T, h Harness) {
 	ctx, db := context.Background(), h.Store
+	others := bystanders(t, db, "k")
 	mustClaim(t, db, NewAttempt("k", t0, time.Minute))
 	if _, ok, err := db.TakeOver(ctx, "s", "k", 1, t0.Add(30*time.Second), t0.Add(2*time.Minute)); ok || err != nil {
 		t.Fatalf("TakeOver of a live lease = %v, %v, want false", ok, err)
@@ -251,11 +264,13 @@ func testRecordFencedAfterTakeOver(t *testing.T, h Harness) {
 	if _, ok, _ := db.TakeOver(ctx, "s", "k", 2, t0.Add(time.Hour), t0.Add(2*time.Hour)); ok {
 		t.Errorf("TakeOver of a final attempt succeeded")
 	}
+	others()
 }
 
 // Release lets a retry take over at once, and only the owner can release.
 func testRelease(t *testing.T, h Harness) {
 	ctx, db := context.Background(), h.Store
+	others := bystanders(t, db, "k")
 	mustClaim(t, db, NewAttempt("k", t0, time.Hour))
 	if err := db.Release(ctx, "s", "k", 7, t0); err != nil { // not the owner's fence: no effect
 		t.Fatal(err)
@@ -272,12 +287,14 @@ func testRelease(t *testing.T, h Harness) {
 	if _, ok, err := db.TakeOver(ctx, "s", "k", 1, t0, t0.Add(time.Minute)); !ok || err != nil {
 		t.Fatalf("TakeOver after Release = %v, %v, want true", ok, err)
 	}
+	others()
 }
 
 // What a claim stores is what reads return, field for field; a payment id
 // is found in its own scope only; an unknown key is ENOTFOUND.
 func testAttemptRoundTrip(t *testing.T, h Harness) {
 	ctx, db := context.Background(), h.Store
+	others := bystanders(t, db, "k")
 	a := NewAttempt("k", t0, time.Minute)
 	mustClaim(t, db, a)
 	if ok, err := db.Claim(ctx, NewAttempt("k", t0.Add(time.Second), time.Minute)); ok || err != nil {
@@ -313,6 +330,7 @@ func testAttemptRoundTrip(t *testing.T, h Harness) {
 		!p.UpdatedAt.Equal(t0.Add(time.Second)) {
 		t.Errorf("payment after a decline = %s %q %q updated %v, want failed, card_declined", p.Status, p.FailureCode, p.ChargeID, p.UpdatedAt)
 	}
+	others()
 }
 
 // Stale returns the attempts reconcile may settle, oldest first and no more
