@@ -230,3 +230,23 @@ CREATE INDEX IF NOT EXISTS forward_queue_scope_currency ON forward_queue (scope,
 -- time by id (ids lead with their time): this index serves every page,
 -- first or deep, and costs each claim one append to the merchant's end.
 CREATE INDEX IF NOT EXISTS payments_scope_id ON payments (scope, id);
+
+-- The outbox: the events oncepay tells merchants, a row per state change of
+-- a payment or refund (payment.succeeded, refund.failed, ...), inserted by
+-- the write that makes the change (a record, a queueing, a forward's
+-- settlement), in its transaction: a change is never committed without its
+-- event, nor an event without its change. The body is the domain's, as
+-- GET /v1/events and every delivery show it. Kept as long as payments.
+-- Rows land in time order, so the table itself is the purge's order; the
+-- primary key serves a merchant's list (newest first, by id), the index
+-- the list of one type.
+CREATE TABLE IF NOT EXISTS events (
+    scope      TEXT    NOT NULL,  -- the merchant
+    id         TEXT    NOT NULL,  -- evt_..., time-ordered
+    type       TEXT    NOT NULL,  -- payment.succeeded, ...
+    object_id  TEXT    NOT NULL,  -- the payment or refund it is about
+    created_at INTEGER NOT NULL,
+    body       BLOB    NOT NULL,  -- the event's JSON
+    PRIMARY KEY (scope, id)
+);
+CREATE INDEX IF NOT EXISTS events_scope_type ON events (scope, type, id);

@@ -131,7 +131,8 @@ type QueueStore interface {
 	// key) if it is still in progress under fence, and puts its payment in
 	// the forward queue, in one transaction, if it fits scope's limits at
 	// now: its amount, and its currency's total still queued. reached says
-	// whether the call that failed may have reached the provider.
+	// whether the call that failed may have reached the provider. o.Event is
+	// written with them, and only if the payment is queued.
 	Queue(ctx context.Context, scope, key string, fence int64, o Outcome, reached bool, now time.Time) (QueueVerdict, error)
 	// DueForwards returns up to limit queued payments with no live lease at
 	// now, oldest first.
@@ -145,8 +146,8 @@ type QueueStore interface {
 	ReleaseForward(ctx context.Context, paymentID string, fence int64, lastErr string, now time.Time) error
 	// Forwarded settles a queued payment under fence: it leaves the queue,
 	// and its attempt and payment take o's status, charge and failure code
-	// (the attempt keeps its 202, which every replay gets), in one
-	// transaction. ok is false when fenced out.
+	// (the attempt keeps its 202, which every replay gets), and o.Event is
+	// written, in one transaction. ok is false when fenced out.
 	Forwarded(ctx context.Context, paymentID string, fence int64, o Outcome, now time.Time) (ok bool, err error)
 	// QueueTotals returns the forward queue's count, amount and oldest
 	// payment per currency, across merchants.

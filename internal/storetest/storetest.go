@@ -82,6 +82,9 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"ForwardClaims", testForwardClaims},
 		{"PurgeKeepsQueued", testPurgeKeepsQueued},
 		{"InboxFailedEventBegunAgain", testInboxFailedEventBegunAgain},
+		{"OutboxEventPerChange", testOutboxEventPerChange},
+		{"OutboxBothOrNeither", testOutboxBothOrNeither},
+		{"OutboxList", testOutboxList},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
