@@ -151,7 +151,7 @@ const recordPaymentSQL = `WITH a AS (` + recordSQL + ` RETURNING id),
 const recordPaymentEventSQL = `WITH a AS (` + recordSQL + ` RETURNING id),
 	p AS (UPDATE payments SET status = $1, charge_id = $4, failure_code = $5, updated_at = $6
 		FROM a WHERE payments.id = a.id),
-	e AS (INSERT INTO events (scope, id, type, object_id, created_at, body)
+	e AS (INSERT INTO events (scope, type, id, object_id, created_at, body)
 		SELECT $7, $11, $12, $13, $14, $15 FROM a)
 	SELECT count(*) FROM a`
 
@@ -168,7 +168,7 @@ func (db *DB) Record(ctx context.Context, kind payment.Kind, scope, key string, 
 	case payment.KindPayment:
 		query := recordPaymentSQL
 		if e := o.Event; e != nil {
-			query, args = recordPaymentEventSQL, append(args, e.ID, string(e.Type), e.ObjectID, ms(e.CreatedAt), e.Body)
+			query, args = recordPaymentEventSQL, append(args, string(e.Type), e.ID, e.ObjectID, ms(e.CreatedAt), e.Body)
 		}
 		var n int
 		err := db.pool.QueryRow(ctx, query, args...).Scan(&n)

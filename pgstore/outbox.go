@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,12 +21,12 @@ func insertEvent(ctx context.Context, tx pgx.Tx, e *payment.OutboxEvent) error {
 	if e == nil {
 		return nil
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO events (scope, id, type, object_id, created_at, body) VALUES ($1, $2, $3, $4, $5, $6)`,
-		e.Scope, e.ID, string(e.Type), e.ObjectID, ms(e.CreatedAt), e.Body)
+	_, err := tx.Exec(ctx, `INSERT INTO events (scope, type, id, object_id, created_at, body) VALUES ($1, $2, $3, $4, $5, $6)`,
+		e.Scope, string(e.Type), e.ID, e.ObjectID, ms(e.CreatedAt), e.Body)
 	return err
 }
 
-const outboxColumns = `scope, id, type, object_id, created_at, body`
+const outboxColumns = `scope, type, id, object_id, created_at, body`
 
 func scanOutboxEvent(row pgx.Row) (*payment.OutboxEvent, error) {
 	var (
@@ -33,30 +34,34 @@ func scanOutboxEvent(row pgx.Row) (*payment.OutboxEvent, error) {
 		typ     string
 		created int64
 	)
-	err := row.Scan(&e.Scope, &e.ID, &typ, &e.ObjectID, &created, &e.Body)
+	err := row.Scan(&e.Scope, &typ, &e.ID, &e.ObjectID, &created, &e.Body)
 	e.Type, e.CreatedAt = payment.EventType(typ), time.UnixMilli(created).UTC()
 	return &e, err
 }
 
-// OutboxEvents returns up to f.Limit+1 events of f.Scope, newest first, by
-// the primary key (scope, id), or the index (scope, type, id) for one type.
+// OutboxEvents returns up to f.Limit+1 events of f.Scope, newest first:
+// a walk of the primary key (scope, type, id) for one type, the merge of
+// each type's walk for all.
 func (db *DB) OutboxEvents(ctx context.Context, f payment.OutboxFilter) ([]payment.OutboxEvent, error) {
-	q, args := `SELECT `+outboxColumns+` FROM events WHERE scope = $1`, []any{f.Scope}
+	types := payment.EventTypes
 	if f.Type != "" {
-		args = append(args, string(f.Type))
-		q += fmt.Sprintf(` AND type = $%d`, len(args))
+		types = []payment.EventType{f.Type}
 	}
-	order := ` ORDER BY id DESC`
+	args := []any{f.Scope, f.Limit + 1}
+	edge, order := "", ` ORDER BY id DESC`
 	switch {
 	case f.StartingAfter != "":
-		args = append(args, f.StartingAfter)
-		q += fmt.Sprintf(` AND id < $%d`, len(args))
+		edge, args = ` AND id < $3`, append(args, f.StartingAfter)
 	case f.EndingBefore != "":
-		args = append(args, f.EndingBefore)
-		q, order = q+fmt.Sprintf(` AND id > $%d`, len(args)), ` ORDER BY id`
+		edge, order, args = ` AND id > $3`, ` ORDER BY id`, append(args, f.EndingBefore)
 	}
-	args = append(args, f.Limit+1)
-	es, err := queryAll(ctx, db, scanOutboxEvent, q+order+fmt.Sprintf(` LIMIT $%d`, len(args)), args...)
+	var parts []string
+	for _, t := range types {
+		args = append(args, string(t))
+		parts = append(parts, fmt.Sprintf(`(SELECT `+outboxColumns+` FROM events WHERE scope = $1 AND type = $%d`+edge+order+` LIMIT $2)`, len(args)))
+	}
+	q := `SELECT * FROM (` + strings.Join(parts, ` UNION ALL `) + `) e` + order + ` LIMIT $2`
+	es, err := queryAll(ctx, db, scanOutboxEvent, q, args...)
 	if f.EndingBefore != "" {
 		slices.Reverse(es)
 	}

@@ -288,14 +288,15 @@ CREATE INDEX IF NOT EXISTS forward_queue_scope_currency ON forward_queue (scope,
 CREATE INDEX IF NOT EXISTS payments_scope_id ON payments (scope, id);
 
 -- The outbox, as in schema.sql: a row per state change of a payment or
--- refund, inserted by the statement or transaction that makes the change.
+-- refund, inserted by the statement or transaction that makes the change;
+-- its one index the primary key, whose walks (one a type) list a merchant's
+-- events.
 CREATE TABLE IF NOT EXISTS events (
     scope      TEXT COLLATE "C" NOT NULL,
+    type       TEXT COLLATE "C" NOT NULL,
     id         TEXT COLLATE "C" NOT NULL,  -- evt_..., time-ordered
-    type       TEXT    NOT NULL,
     object_id  TEXT COLLATE "C" NOT NULL,  -- the payment or refund
     created_at BIGINT  NOT NULL,
     body       BYTEA   NOT NULL,           -- the event's JSON
-    PRIMARY KEY (scope, id)
+    PRIMARY KEY (scope, type, id)
 );
-CREATE INDEX IF NOT EXISTS events_scope_type ON events (scope, type, id);

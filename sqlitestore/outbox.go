@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/oncepay/oncepay/payment"
@@ -18,40 +19,59 @@ func (db *DB) insertEvent(ctx context.Context, tx *sql.Tx, e *payment.OutboxEven
 		return nil
 	}
 	_, err := tx.StmtContext(ctx, db.stmt.insertEvent).ExecContext(ctx,
-		e.Scope, e.ID, string(e.Type), e.ObjectID, ms(e.CreatedAt), e.Body)
+		e.Scope, string(e.Type), e.ID, e.ObjectID, ms(e.CreatedAt), e.Body)
 	return err
 }
 
-const outboxColumns = `scope, id, type, object_id, created_at, body`
+const outboxColumns = `scope, type, id, object_id, created_at, body`
 
 func scanOutboxEvent(row scanner) (*payment.OutboxEvent, error) {
 	var (
 		e       payment.OutboxEvent
 		created int64
 	)
-	err := row.Scan(&e.Scope, &e.ID, &e.Type, &e.ObjectID, &created, &e.Body)
+	err := row.Scan(&e.Scope, &e.Type, &e.ID, &e.ObjectID, &created, &e.Body)
 	e.CreatedAt = time.UnixMilli(created).UTC()
 	return &e, err
 }
 
-// OutboxEvents returns up to f.Limit+1 events of f.Scope, newest first, by
-// the primary key (scope, id), or the index (scope, type, id) for one type:
-// ids lead with their time.
+// OutboxEvents returns up to f.Limit+1 events of f.Scope, newest first:
+// for one type, a walk of the primary key (scope, type, id) from the page's
+// edge; for all, the merge of each type's walk, so no page reads more than
+// a page of each type, however many events the merchant has.
 func (db *DB) OutboxEvents(ctx context.Context, f payment.OutboxFilter) ([]payment.OutboxEvent, error) {
-	q, args := `SELECT `+outboxColumns+` FROM events WHERE scope = ?`, []any{f.Scope}
-	if f.Type != "" {
-		q, args = q+` AND type = ?`, append(args, string(f.Type))
-	}
-	order := ` ORDER BY id DESC`
-	switch {
-	case f.StartingAfter != "":
-		q, args = q+` AND id < ?`, append(args, f.StartingAfter)
-	case f.EndingBefore != "":
-		q, args, order = q+` AND id > ?`, append(args, f.EndingBefore), ` ORDER BY id`
-	}
-	es, err := queryAll(ctx, db.r, scanOutboxEvent, q+order+` LIMIT ?`, append(args, f.Limit+1)...)
+	q, args := outboxQuery(f)
+	es, err := queryAll(ctx, db.r, scanOutboxEvent, q, args...)
 	if f.EndingBefore != "" {
 		slices.Reverse(es)
 	}
 	return es, err
+}
+
+// outboxQuery is the query of OutboxEvents and its arguments.
+func outboxQuery(f payment.OutboxFilter) (string, []any) {
+	types := payment.EventTypes
+	if f.Type != "" {
+		types = []payment.EventType{f.Type}
+	}
+	edge, order, after := "", ` ORDER BY id DESC`, ""
+	switch {
+	case f.StartingAfter != "":
+		edge, after = ` AND id < ?`, f.StartingAfter
+	case f.EndingBefore != "":
+		edge, after, order = ` AND id > ?`, f.EndingBefore, ` ORDER BY id`
+	}
+	var (
+		parts []string
+		args  []any
+	)
+	for _, t := range types {
+		parts = append(parts, `SELECT * FROM (SELECT `+outboxColumns+` FROM events WHERE scope = ? AND type = ?`+edge+order+` LIMIT ?)`)
+		args = append(args, f.Scope, string(t))
+		if edge != "" {
+			args = append(args, after)
+		}
+		args = append(args, f.Limit+1)
+	}
+	return strings.Join(parts, ` UNION ALL `) + order + ` LIMIT ?`, append(args, f.Limit+1)
 }

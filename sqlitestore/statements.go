@@ -54,7 +54,7 @@ const (
 
 	// insertEventSQL puts a change's event in the outbox, in the change's
 	// own transaction (outbox.go).
-	insertEventSQL = `INSERT INTO events (scope, id, type, object_id, created_at, body) VALUES (?, ?, ?, ?, ?, ?)`
+	insertEventSQL = `INSERT INTO events (scope, type, id, object_id, created_at, body) VALUES (?, ?, ?, ?, ?, ?)`
 
 	// authenticateSQL finds a key the view of the live keys does not hold.
 	authenticateSQL = `SELECT merchant_id FROM api_keys WHERE secret_hash = ? AND revoked_at IS NULL`

@@ -122,8 +122,8 @@ func testOutboxEventPerChange(t *testing.T, h Harness) {
 }
 
 // A change and its event are committed together or not at all: a change
-// whose event cannot be written (here, its id is taken) is not made, and
-// the writes it shared a transaction with are made all the same.
+// whose event cannot be written (here, its id and type are taken) is not
+// made, and the writes it shared a transaction with are made all the same.
 func testOutboxBothOrNeither(t *testing.T, h Harness) {
 	ctx, s := context.Background(), h.Store
 	taken := paid(t, s, "first") // recorded without an event
@@ -156,7 +156,7 @@ func testOutboxBothOrNeither(t *testing.T, h Harness) {
 	}
 	clash := func(a *payment.Attempt, o payment.Outcome) payment.Outcome {
 		o = withEvent(a, o, t0)
-		o.Event.ID = dup.ID
+		o.Event.ID, o.Event.Type = dup.ID, dup.Type
 		return o
 	}
 	succeeded := payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}\n"), ChargeID: "ch"}
