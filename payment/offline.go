@@ -162,7 +162,8 @@ type QueueStore interface {
 // payment in status queued, replayed byte for byte like every answer.
 func QueuedOutcome(a Attempt) Outcome {
 	a.Status = Queued
-	return Outcome{Status: Queued, ResponseStatus: 202, ResponseBody: a.View().Body()}
+	body := a.View().Body()
+	return Outcome{Status: Queued, ResponseStatus: 202, ResponseBody: body, view: body}
 }
 
 // expiredOutcome is what the forwarder records for a payment that waited
@@ -184,7 +185,7 @@ func (s *Service) queue(ctx context.Context, a Attempt, reached bool) (res Resul
 	if lim == nil {
 		return Result{}, false
 	}
-	o := QueuedOutcome(a)
+	o := s.withEvent(a, QueuedOutcome(a))
 	verdict, err := s.Store.Queue(ctx, a.Scope, a.Key, a.Fence, o, reached, s.Now())
 	if err != nil {
 		s.Log.Error("queue payment", "id", a.ID, "err", err)
@@ -307,7 +308,7 @@ func (f *Forwarder) forward(ctx context.Context, q Forward) (Status, error) {
 	if o.Status == Succeeded {
 		crashpoint.Hit("after-forward-charge")
 	}
-	ok, err = s.Store.Forwarded(ctx, q.PaymentID, fence, o, s.Now())
+	ok, err = s.Store.Forwarded(ctx, q.PaymentID, fence, s.withEvent(*a, o), s.Now())
 	if err != nil || !ok {
 		return "", err
 	}

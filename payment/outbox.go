@@ -1,9 +1,9 @@
 package payment
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -56,43 +56,41 @@ type OutboxEvent struct {
 	Body []byte
 }
 
-// eventBody is an OutboxEvent's JSON.
-type eventBody struct {
-	ID      string    `json:"id"`
-	Object  string    `json:"object"`
-	Type    EventType `json:"type"`
-	Created int64     `json:"created"`
-	Data    struct {
-		Object any `json:"object"`
-	} `json:"data"`
-}
-
 // ChangeEvent is the event of the change o records on attempt a at now:
 // its payment, or its refund, as GET shows it once o is recorded. A
 // payment's view has no refunds: a payment is refunded only once it
 // succeeded, and then no longer changes state.
 func ChangeEvent(a Attempt, o Outcome, now time.Time) *OutboxEvent {
-	a.Status, a.ChargeID, a.FailureCode = o.Status, o.ChargeID, o.FailureCode
 	e := &OutboxEvent{ID: NewEventID(), Scope: a.Scope, ObjectID: a.ID, CreatedAt: now.UTC().Truncate(time.Millisecond)}
-	var object any
 	if a.Kind == KindRefund {
-		e.Type, object = EventRefundFailed, a.RefundView()
+		e.Type = EventRefundFailed
 		if o.Status == Succeeded {
 			e.Type = EventRefundSucceeded
 		}
-	} else {
-		e.Type, object = paymentEventTypes[o.Status], a.View()
-	}
-	if e.Type == "" {
+	} else if e.Type = paymentEventTypes[o.Status]; e.Type == "" {
 		panic("payment: no event for a change to " + string(o.Status)) // only final statuses and queued are recorded
 	}
-	b := eventBody{ID: e.ID, Object: "event", Type: e.Type, Created: e.CreatedAt.Unix()}
-	b.Data.Object = object
-	body, err := json.Marshal(b)
-	if err != nil {
-		panic("payment: marshal event: " + err.Error()) // views always marshal
+	object := o.view // the answer's own JSON, when it is the view
+	if object == nil {
+		a.Status, a.ChargeID, a.FailureCode = o.Status, o.ChargeID, o.FailureCode
+		if a.Kind == KindRefund {
+			object = a.RefundView().Body()
+		} else {
+			object = a.View().Body()
+		}
 	}
-	e.Body = body
+	// Stripe's shape, written out: only the view needs encoding/json (the
+	// id and the type are ASCII letters, digits, "_" and ".").
+	b := make([]byte, 0, len(object)+128)
+	b = append(b, `{"id":"`...)
+	b = append(b, e.ID...)
+	b = append(b, `","object":"event","type":"`...)
+	b = append(b, e.Type...)
+	b = append(b, `","created":`...)
+	b = strconv.AppendInt(b, e.CreatedAt.Unix(), 10)
+	b = append(b, `,"data":{"object":`...)
+	b = append(b, bytes.TrimSuffix(object, []byte("\n"))...)
+	e.Body = append(b, "}}"...)
 	return e
 }
 

@@ -129,6 +129,10 @@ type Outcome struct {
 	// store writes in the transaction that records the outcome, and only
 	// if it does record it.
 	Event *OutboxEvent
+	// view is the payment's or refund's JSON once o is recorded, when the
+	// outcome's answer is that JSON already (a 201, a 202): the event's
+	// data, not built twice.
+	view []byte
 }
 
 // Payment is what oncepay keeps of a payment for as long as the payment
