@@ -359,6 +359,19 @@ const (
 	MaxListLimit     = 100
 )
 
+// page cuts a store's answer of up to limit+1 items, newest first, to a
+// page of limit and says whether there are more: the extra one is the
+// oldest, or, for the page ending before an id, the newest.
+func page[T any](items []T, limit int, endingBefore bool) ([]T, bool) {
+	if len(items) <= limit {
+		return items, false
+	}
+	if endingBefore {
+		return items[len(items)-limit:], true
+	}
+	return items[:limit], true
+}
+
 // ListPayments returns a page of f.Scope's payments, newest first (their
 // refunds are listed under each payment's own refunds).
 func (s *Service) ListPayments(ctx context.Context, f PaymentFilter) (List[View], error) {
@@ -367,13 +380,7 @@ func (s *Service) ListPayments(ctx context.Context, f PaymentFilter) (List[View]
 	if err != nil {
 		return list, err
 	}
-	if list.HasMore = len(ps) > f.Limit; list.HasMore {
-		if f.EndingBefore != "" {
-			ps = ps[1:] // the extra one is the newest, beyond the page
-		} else {
-			ps = ps[:f.Limit]
-		}
-	}
+	ps, list.HasMore = page(ps, f.Limit, f.EndingBefore != "")
 	for _, p := range ps {
 		list.Data = append(list.Data, p.View(nil))
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -131,4 +132,22 @@ type OutboxStore interface {
 	// OutboxEvents returns up to f.Limit+1 events of f.Scope, newest
 	// first: the one past the limit tells the caller there are more.
 	OutboxEvents(ctx context.Context, f OutboxFilter) ([]OutboxEvent, error)
+	// PurgeOutbox deletes up to limit events made before before, oldest
+	// first, and returns how many.
+	PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, error)
+}
+
+// ListEvents returns a page of f.Scope's events, newest first, each as
+// its body: what GET /v1/events and a delivery show alike.
+func (s *Service) ListEvents(ctx context.Context, f OutboxFilter) (List[json.RawMessage], error) {
+	list := List[json.RawMessage]{Object: "list", Data: []json.RawMessage{}, URL: "/v1/events"}
+	es, err := s.Store.OutboxEvents(ctx, f)
+	if err != nil {
+		return list, err
+	}
+	es, list.HasMore = page(es, f.Limit, f.EndingBefore != "")
+	for _, e := range es {
+		list.Data = append(list.Data, e.Body)
+	}
+	return list, nil
 }

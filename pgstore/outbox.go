@@ -67,3 +67,11 @@ func (db *DB) OutboxEvents(ctx context.Context, f payment.OutboxFilter) ([]payme
 	}
 	return es, err
 }
+
+// PurgeOutbox deletes up to limit events made before before, skipping any
+// another instance's purge holds.
+func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, error) {
+	n, err := db.exec(ctx, `DELETE FROM events WHERE (scope, type, id) IN (
+		SELECT scope, type, id FROM events WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`, ms(before), limit)
+	return int(n), err
+}

@@ -181,15 +181,21 @@ func statusAndLimit(q url.Values, def, most int) (payment.Status, int, error) {
 	default:
 		return st, 0, payment.Invalidf("status", "status must be in_progress, succeeded, failed, queued or expired.")
 	}
+	n, err := listLimit(q, def, most)
+	return st, n, err
+}
+
+// listLimit reads a list's page size: def if none is given, at most most.
+func listLimit(q url.Values, def, most int) (int, error) {
 	v := q.Get("limit")
 	if v == "" {
-		return st, def, nil
+		return def, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > most {
-		return st, 0, payment.Invalidf("limit", "limit must be an integer from 1 to %d.", most)
+		return 0, payment.Invalidf("limit", "limit must be an integer from 1 to %d.", most)
 	}
-	return st, n, nil
+	return n, nil
 }
 
 // listParams reads the filter of the list, the page's and the JSON's.

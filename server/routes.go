@@ -26,6 +26,7 @@ func (s *server) routes() http.Handler {
 	r.Handle("/v1/payments/{id}", s.authenticate(http.HandlerFunc(s.handleGetPayment))).Methods(http.MethodGet)
 	r.Handle("/v1/payments/{id}/refunds", s.authenticate(http.HandlerFunc(s.handleCreateRefund))).Methods(http.MethodPost)
 	r.Handle("/v1/payments/{id}/refunds", s.authenticate(http.HandlerFunc(s.handleListRefunds))).Methods(http.MethodGet)
+	r.Handle("/v1/events", s.authenticate(http.HandlerFunc(s.handleListEvents))).Methods(http.MethodGet)
 	// The provider signs its events; no API key is asked for.
 	r.HandleFunc("/v1/webhooks/{provider}", s.handleWebhook).Methods(http.MethodPost)
 

@@ -75,3 +75,12 @@ func outboxQuery(f payment.OutboxFilter) (string, []any) {
 	}
 	return strings.Join(parts, ` UNION ALL `) + order + ` LIMIT ?`, append(args, f.Limit+1)
 }
+
+// PurgeOutbox deletes up to limit events made before before, oldest first:
+// the table's own order is the time's, so a batch reads little more than it
+// deletes.
+func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, error) {
+	n, err := db.execSQL(ctx, `DELETE FROM events WHERE rowid IN (
+		SELECT rowid FROM events WHERE created_at < ? ORDER BY rowid LIMIT ?)`, ms(before), limit)
+	return int(n), err
+}

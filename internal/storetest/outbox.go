@@ -293,3 +293,29 @@ func testOutboxList(t *testing.T, h Harness) {
 		}
 	}
 }
+
+// The events told to merchants are purged by their age, in batches, the
+// oldest first; younger ones stay.
+func testOutboxPurge(t *testing.T, h Harness) {
+	ctx, s := context.Background(), h.Store
+	var ids []string
+	for i := range 3 {
+		key := fmt.Sprintf("k%d", i)
+		a := NewAttempt(key, t0, time.Minute)
+		mustClaim(t, s, a)
+		o := withEvent(a, payment.SucceededOutcome(*a, payment.Charge{ID: "ch"}), t0.Add(time.Duration(i)*time.Hour))
+		if ok, err := s.Record(ctx, payment.KindPayment, "s", key, 1, o, t0); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		ids = append(ids, o.Event.ID)
+	}
+	before := t0.Add(90 * time.Minute)
+	for _, c := range []struct{ limit, want int }{{1, 1}, {10, 1}, {10, 0}} {
+		if n, err := s.PurgeOutbox(ctx, before, c.limit); n != c.want || err != nil {
+			t.Errorf("PurgeOutbox(limit %d) = %d, %v, want %d", c.limit, n, err, c.want)
+		}
+	}
+	if es := events(t, s, "s"); len(es) != 1 || es[0].ID != ids[2] {
+		t.Errorf("events after the purge = %v, want the youngest alone", es)
+	}
+}

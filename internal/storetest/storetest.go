@@ -85,6 +85,7 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"OutboxEventPerChange", testOutboxEventPerChange},
 		{"OutboxBothOrNeither", testOutboxBothOrNeither},
 		{"OutboxList", testOutboxList},
+		{"OutboxPurge", testOutboxPurge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
