@@ -93,6 +93,7 @@ type Database interface {
 	AccountStore
 	EventStore
 	PurgeStore
+	EndpointStore
 	// BindProvider records which provider the payments go to, and refuses
 	// another while any attempt is in progress (see ProviderBound).
 	BindProvider(ctx context.Context, provider string) error

@@ -133,7 +133,8 @@ type OutboxStore interface {
 	// first: the one past the limit tells the caller there are more.
 	OutboxEvents(ctx context.Context, f OutboxFilter) ([]OutboxEvent, error)
 	// PurgeOutbox deletes up to limit events made before before, oldest
-	// first, and returns how many.
+	// first, with their deliveries, and returns how many; never one whose
+	// delivery is still pending.
 	PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, error)
 }
 

@@ -68,10 +68,16 @@ func (db *DB) OutboxEvents(ctx context.Context, f payment.OutboxFilter) ([]payme
 	return es, err
 }
 
-// PurgeOutbox deletes up to limit events made before before, skipping any
-// another instance's purge holds.
+// PurgeOutbox deletes up to limit events made before before, with their
+// deliveries, but none with a delivery still pending, skipping any another
+// instance's purge holds.
 func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, error) {
-	n, err := db.exec(ctx, `DELETE FROM events WHERE (scope, type, id) IN (
-		SELECT scope, type, id FROM events WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`, ms(before), limit)
+	n, err := db.exec(ctx, `WITH v AS (
+			SELECT scope, type, id FROM events ev
+			WHERE created_at < $1
+			  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = ev.id AND d.state = 'pending')
+			LIMIT $2 FOR UPDATE SKIP LOCKED),
+		d AS (DELETE FROM deliveries WHERE event_id IN (SELECT id FROM v))
+		DELETE FROM events WHERE (scope, type, id) IN (SELECT scope, type, id FROM v)`, ms(before), limit)
 	return int(n), err
 }

@@ -76,11 +76,35 @@ func outboxQuery(f payment.OutboxFilter) (string, []any) {
 	return strings.Join(parts, ` UNION ALL `) + order + ` LIMIT ?`, append(args, f.Limit+1)
 }
 
-// PurgeOutbox deletes up to limit events made before before, oldest first:
-// the table's own order is the time's, so a batch reads little more than it
+// PurgeOutbox deletes up to limit events made before before, oldest first,
+// with their deliveries, but none with a delivery still pending: the
+// table's own order is the time's, so a batch reads little more than it
 // deletes.
 func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, error) {
-	n, err := db.execSQL(ctx, `DELETE FROM events WHERE rowid IN (
-		SELECT rowid FROM events WHERE created_at < ? ORDER BY rowid LIMIT ?)`, ms(before), limit)
+	var n int64
+	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for _, stmt := range []string{
+			`CREATE TEMP TABLE IF NOT EXISTS purged_events (rid INTEGER PRIMARY KEY, id TEXT NOT NULL)`,
+			`DELETE FROM purged_events`,
+		} {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_events SELECT rowid, id FROM events ev
+			WHERE created_at < ?
+			  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = ev.id AND d.state = 'pending')
+			ORDER BY rowid LIMIT ?`, ms(before), limit); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM deliveries WHERE event_id IN (SELECT id FROM purged_events)`); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE rowid IN (SELECT rid FROM purged_events)`)
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		return err
+	})
 	return int(n), err
 }

@@ -86,6 +86,9 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"OutboxBothOrNeither", testOutboxBothOrNeither},
 		{"OutboxList", testOutboxList},
 		{"OutboxPurge", testOutboxPurge},
+		{"EndpointsAndFanOut", testEndpointsAndFanOut},
+		{"DeliveryClaims", testDeliveryClaims},
+		{"DeliveryBacklogAndPurge", testDeliveryBacklogAndPurge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
