@@ -77,7 +77,7 @@ func NewEndpoint(scope, rawURL string, types []EventType, insecure bool, now tim
 	}
 	for _, t := range types {
 		if !ValidEventType(t) {
-			return Endpoint{}, Invalidf("events", "Unknown event type %q: want some of %s.", t, eventTypeNames())
+			return Endpoint{}, Invalidf("events", "Unknown event type %q: want some of %s.", t, EventTypeNames())
 		}
 	}
 	slices.Sort(types)
@@ -114,14 +114,15 @@ func ParseEventTypes(s string) ([]EventType, error) {
 		}
 		t := EventType(name)
 		if !ValidEventType(t) {
-			return nil, fmt.Errorf("unknown event type %q: want some of %s", name, eventTypeNames())
+			return nil, fmt.Errorf("unknown event type %q: want some of %s", name, EventTypeNames())
 		}
 		types = append(types, t)
 	}
 	return types, nil
 }
 
-func eventTypeNames() string {
+// EventTypeNames are every event type, comma-separated.
+func EventTypeNames() string {
 	names := make([]string, len(EventTypes))
 	for i, t := range EventTypes {
 		names[i] = string(t)

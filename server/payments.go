@@ -242,7 +242,7 @@ func (s *server) handleListEvents(w http.ResponseWriter, r *http.Request) {
 		f.StartingAfter, f.EndingBefore, err = pageEdge(q, "an event id")
 	}
 	if err == nil && f.Type != "" && !payment.ValidEventType(f.Type) {
-		err = payment.Invalidf("type", "type must be one of %s.", eventTypeList())
+		err = payment.Invalidf("type", "type must be one of %s.", payment.EventTypeNames())
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -254,15 +254,6 @@ func (s *server) handleListEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, list)
-}
-
-// eventTypeList names every event type, for an error.
-func eventTypeList() string {
-	names := make([]string, len(payment.EventTypes))
-	for i, t := range payment.EventTypes {
-		names[i] = string(t)
-	}
-	return strings.Join(names, ", ")
 }
 
 // handleListRefunds is GET /v1/payments/{id}/refunds, oldest first.
