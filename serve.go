@@ -501,10 +501,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	rec.Observe, pur.Observe, fwd.Observe = m.Reconciled, m.Purged, m.Forwarded
+	rec.Observe, pur.Observe, fwd.Observe, dlv.Observe = m.Reconciled, m.Purged, m.Forwarded, m.Delivered
+	m.Deliveries(a.db.DeliveryBacklog, time.Now)
 	m.Offline(a.db.QueueTotals, a.linkUpFunc(), time.Now)
 	a.service.ObserveQueue = m.Queued
-	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Queue: a.db, Forwarder: fwd, Link: a.linkState, Token: cfg.adminToken, Open: demo}
+	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Queue: a.db, Forwarder: fwd, Link: a.linkState, Endpoints: a.db,
+		Token: cfg.adminToken, Open: demo}
 	if demo && a.sim != nil {
 		srvCfg.Workshop = workshop.New(a.service, rec, a.sim, server.DemoScope)
 	}

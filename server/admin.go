@@ -29,6 +29,9 @@ type Admin struct {
 	Queue     payment.QueueStore
 	Forwarder *payment.Forwarder
 	Link      func() string
+	// Endpoints, if set, serves the endpoints' page and each endpoint's
+	// deliveries.
+	Endpoints payment.EndpointStore
 	// Token is the admin credential. Empty keeps the admin surface closed,
 	// unless Open.
 	Token string
@@ -40,10 +43,12 @@ type Admin struct {
 const adminPageSize = 50
 
 var adminTemplates = map[string]*template.Template{
-	"attempts": template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempts.html")),
-	"attempt":  template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempt.html")),
-	"events":   template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/events.html")),
-	"queue":    template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/queue.html")),
+	"attempts":  template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempts.html")),
+	"attempt":   template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempt.html")),
+	"events":    template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/events.html")),
+	"queue":     template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/queue.html")),
+	"endpoints": template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/endpoints.html")),
+	"endpoint":  template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/endpoint.html")),
 }
 
 // adminAuth lets through only requests with the admin credential, as HTTP

@@ -243,6 +243,8 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"webhook in progress", "POST", "/v1/webhooks/sim", wh.busy, 503, payment.ProblemEventInProgress},
 		{"webhook not applied", "POST", "/v1/webhooks/sim", wh.failed, 503, payment.ProblemEventNotApplied},
 		{"admin events", "GET", "/admin/events", admin("/admin/events?state=failed"), 200, ""},
+		{"admin endpoints", "GET", "/admin/endpoints", admin("/admin/endpoints"), 200, ""},
+		{"admin unknown endpoint", "GET", "/admin/endpoints/we_nope", admin("/admin/endpoints/we_nope"), 404, payment.ProblemNotFound},
 		{"admin events bad filter", "GET", "/admin/events", admin("/admin/events?state=nope"), 400, payment.ProblemInvalidRequest},
 		{"sim bad faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":2,"fail_after_charge":0,"fail_lookup":0}`), "Authorization", "Bearer spec-admin"), 400, payment.ProblemInvalidRequest},
 	}

@@ -1,10 +1,17 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/oncepay/oncepay/outbound"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -95,5 +102,69 @@ func TestListEvents(t *testing.T) {
 		if r := e.do("GET", "/v1/events"+q, nil, asA...); r.Status != 400 || r.problemType() != payment.ProblemInvalidRequest {
 			t.Errorf("GET /v1/events%s = %d %s, want 400", q, r.Status, r.Body)
 		}
+	}
+}
+
+// The admin's endpoints page lists each endpoint with its state and the
+// backlog; an endpoint's page its deliveries; /metrics counts the tries
+// and the backlog. An unknown endpoint is 404.
+func TestAdminEndpointsAndDeliveryMetrics(t *testing.T) {
+	e := newEnv(t, envOptions{auth: true, adminToken: strings.Repeat("a", 32)})
+	admin := []string{"Authorization", "Bearer " + strings.Repeat("a", 32)}
+	scope, secret := e.apiKey("shop")
+	var answer atomic.Int32
+	answer.Store(http.StatusServiceUnavailable)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(int(answer.Load())) }))
+	t.Cleanup(hook.Close)
+	ep, err := payment.NewEndpoint(scope, hook.URL+"/hook", nil, true, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DB.CreateEndpoint(context.Background(), ep); err != nil {
+		t.Fatal(err)
+	}
+	e.pay("k1", visa, "Authorization", "Bearer "+secret)
+	dlv, err := payment.NewDeliverer(payment.Deliverer{Store: e.DB, Sender: outbound.New(outbound.Options{AllowInsecure: true}), Now: e.Service.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlv.Observe = e.Metrics.Delivered
+	if res, err := dlv.RunOnce(context.Background()); err != nil || res.Retried != 1 {
+		t.Fatalf("RunOnce = %+v, %v, want the 503 tried again later", res, err)
+	}
+	page := e.do("GET", "/admin/endpoints", nil, admin...)
+	for _, want := range []string{ep.ID, hook.URL + "/hook", "all events", "failing for", "1</span><span class=\"label\">deliveries pending"} {
+		if page.Status != 200 || !strings.Contains(string(page.Body), want) {
+			t.Errorf("GET /admin/endpoints = %d, want %q in it", page.Status, want)
+		}
+	}
+	m := e.scrape(admin...)
+	for series, want := range map[string]float64{
+		`oncepay_deliveries_total{outcome="retried"}`: 1, `oncepay_deliveries_pending`: 1, `oncepay_deliveries_total{outcome="delivered"}`: 0,
+	} {
+		if got, ok := m[series]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
+		}
+	}
+	one := e.do("GET", "/admin/endpoints/"+ep.ID, nil, admin...)
+	for _, want := range []string{"payment.succeeded", "pending", "503"} {
+		if one.Status != 200 || !strings.Contains(string(one.Body), want) {
+			t.Errorf("GET /admin/endpoints/%s = %d, want %q in it", ep.ID, one.Status, want)
+		}
+	}
+	if r := e.do("GET", "/admin/endpoints/we_nope", nil, admin...); r.Status != 404 {
+		t.Errorf("GET /admin/endpoints/we_nope = %d, want 404", r.Status)
+	}
+	if r := e.do("GET", "/admin/endpoints", nil); r.Status != 401 {
+		t.Errorf("GET /admin/endpoints without the admin token = %d, want 401", r.Status)
+	}
+	if err := e.DB.DisableEndpoint(context.Background(), ep.ID, "asked", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if page := e.do("GET", "/admin/endpoints", nil, admin...); !strings.Contains(string(page.Body), "disabled") {
+		t.Error("the endpoints page does not say the endpoint is disabled")
+	}
+	if m := e.scrape(admin...); m[`oncepay_deliveries_pending`] != 0 {
+		t.Errorf("pending after the endpoint was disabled = %v, want 0", m[`oncepay_deliveries_pending`])
 	}
 }

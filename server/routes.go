@@ -68,6 +68,10 @@ func (s *server) adminRoutes(r *mux.Router) {
 		r.Handle("/admin/queue", page(http.HandlerFunc(s.handleAdminQueue))).Methods(http.MethodGet)
 		r.Handle("/admin/forward", form(s.handleAdminForward)).Methods(http.MethodPost)
 	}
+	if s.Admin.Endpoints != nil {
+		r.Handle("/admin/endpoints", page(http.HandlerFunc(s.handleAdminEndpoints))).Methods(http.MethodGet)
+		r.Handle("/admin/endpoints/{id}", page(http.HandlerFunc(s.handleAdminEndpoint))).Methods(http.MethodGet)
+	}
 	r.Handle("/admin/events/{provider}/{id}/redeliver", form(s.handleAdminRedeliver)).Methods(http.MethodPost)
 	r.PathPrefix("/admin/static/").Handler(page(http.StripPrefix("/admin", fallback.Static(web.Assets, http.HandlerFunc(s.handleNotFound))))).
 		Methods(http.MethodGet, http.MethodHead)
