@@ -12,6 +12,8 @@
 //	                     after-record  the record is committed, the client not yet answered
 //	                     in-event      a provider event is stored and begun, not yet applied
 //	                     after-apply   the event settled its attempt, the event not yet finished
+//	                     after-delivery-claim  a delivery of a merchant's event claimed, not yet sent
+//	                     after-delivery-send   sent, how it ended not yet stored
 //	ONCEPAY_CRASH_PROB   chance (0..1, default 1) that one pass through the point kills
 //
 // A normal build (no tag) compiles Hit to nothing and ignores the variables.

@@ -32,7 +32,6 @@ var DefaultDeliverySchedule = []time.Duration{
 // Defaults of a Deliverer.
 const (
 	DefaultDeliveryTimeout  = 10 * time.Second
-	DefaultDeliveryLease    = time.Minute
 	DefaultDisableAfter     = 72 * time.Hour
 	DefaultDeliveryLimit    = 500
 	DefaultDeliveryParallel = 8
@@ -51,8 +50,8 @@ type Deliverer struct {
 	Sender Sender
 	Now    func() time.Time
 	Log    *slog.Logger
-	// Timeout bounds one try; Lease, longer, how long a deliverer holds a
-	// delivery it claimed.
+	// Timeout bounds one try (default 10s); Lease, longer, how long a
+	// deliverer holds a delivery it claimed (default three timeouts).
 	Timeout, Lease time.Duration
 	// Schedule is the wait before each try again; past its end a delivery
 	// has failed for good.
@@ -82,7 +81,10 @@ func NewDeliverer(d Deliverer) (*Deliverer, error) {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
 	d.Timeout = cmp.Or(d.Timeout, DefaultDeliveryTimeout)
-	d.Lease = cmp.Or(d.Lease, max(DefaultDeliveryLease, 2*d.Timeout))
+	// A try's send, then the write of how it ended: three timeouts leave
+	// the write two. A lease that runs out first costs a second delivery,
+	// never a lost one (the late end is fenced out).
+	d.Lease = cmp.Or(d.Lease, 3*d.Timeout)
 	if d.Lease <= d.Timeout {
 		return nil, fmt.Errorf("payment: deliverer: the lease (%s) must exceed a try's timeout (%s)", d.Lease, d.Timeout)
 	}
