@@ -367,8 +367,8 @@ func runCopy(ctx context.Context, args []string, getenv func(string) string, std
 			inProgress++
 		}
 	}
-	fmt.Fprintf(stdout, "copied %s to %s: %d attempts (%d in progress), %d payments, %d refunds, %d webhook events, %d merchants, %d API keys, %d settings\n",
+	fmt.Fprintf(stdout, "copied %s to %s: %d attempts (%d in progress), %d payments, %d refunds, %d webhook events, %d merchants, %d API keys, %d settings, %d merchant events, %d endpoints, %d deliveries\n",
 		from, redactDB(to), len(snap.Attempts), inProgress, len(snap.Payments), len(snap.Refunds), len(snap.Events),
-		len(snap.Merchants), len(snap.APIKeys), len(snap.Settings))
+		len(snap.Merchants), len(snap.APIKeys), len(snap.Settings), len(snap.Outbox), len(snap.Endpoints), len(snap.Deliveries))
 	return nil
 }
