@@ -161,7 +161,7 @@ func (db *DB) FinishDelivery(ctx context.Context, eventID, endpointID string, fe
 		tag, err := tx.Exec(ctx, `UPDATE deliveries
 			SET state = $1, lease_expires_at = NULL, next_at = $2, last_status = $3, last_error = $4, updated_at = $5
 			WHERE event_id = $6 AND endpoint_id = $7 AND state = 'pending' AND fence = $8`,
-			string(end.State), ms(end.NextAt), status, nullString(end.LastError), ms(now), eventID, endpointID, fence)
+			string(end.State), ms(nextAt(end, now)), status, nullString(end.LastError), ms(now), eventID, endpointID, fence)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err // fenced out
 		}
@@ -199,4 +199,13 @@ func (db *DB) DeliveryBacklog(ctx context.Context) (payment.DeliveryBacklog, err
 	err := db.pool.QueryRow(ctx, `SELECT count(*), min(created_at) FROM deliveries WHERE state = 'pending'`).Scan(&b.Pending, &oldest)
 	b.Oldest = fromMS(oldest)
 	return b, mapErr(err)
+}
+
+// nextAt is when a delivery that ended so is next due: never again once
+// final, which keeps the time it ended.
+func nextAt(end payment.DeliveryEnd, now time.Time) time.Time {
+	if end.State == payment.DeliveryPending {
+		return end.NextAt
+	}
+	return now
 }

@@ -159,7 +159,7 @@ func (db *DB) FinishDelivery(ctx context.Context, eventID, endpointID string, fe
 		res, err := tx.ExecContext(ctx, `UPDATE deliveries
 			SET state = ?, lease_expires_at = NULL, next_at = ?, last_status = ?, last_error = ?, updated_at = ?
 			WHERE event_id = ? AND endpoint_id = ? AND state = 'pending' AND fence = ?`,
-			end.State, ms(end.NextAt), nullInt(end.Status), nullString(end.LastError), ms(now), eventID, endpointID, fence)
+			end.State, ms(nextAt(end, now)), nullInt(end.Status), nullString(end.LastError), ms(now), eventID, endpointID, fence)
 		if err != nil {
 			return err
 		}
@@ -204,4 +204,13 @@ func (db *DB) DeliveryBacklog(ctx context.Context) (payment.DeliveryBacklog, err
 	err := db.r.QueryRowContext(ctx, `SELECT count(*), min(created_at) FROM deliveries WHERE state = 'pending'`).Scan(&b.Pending, &oldest)
 	b.Oldest = fromMS(oldest)
 	return b, mapErr(err)
+}
+
+// nextAt is when a delivery that ended so is next due: never again once
+// final, which keeps the time it ended.
+func nextAt(end payment.DeliveryEnd, now time.Time) time.Time {
+	if end.State == payment.DeliveryPending {
+		return end.NextAt
+	}
+	return now
 }

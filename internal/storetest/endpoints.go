@@ -249,8 +249,9 @@ func testDeliveryClaims(t *testing.T, h Harness) {
 		t.Error("ClaimDelivery of a delivered one succeeded")
 	}
 	list, err := s.Deliveries(ctx, ep.ID, 10)
-	if err != nil || len(list) != 1 || list[0].State != payment.DeliveryDelivered || list[0].Tries != 4 || list[0].LastStatus != 204 {
-		t.Errorf("Deliveries = %+v, %v, want one delivered on its fourth try", list, err)
+	if err != nil || len(list) != 1 || list[0].State != payment.DeliveryDelivered || list[0].Tries != 4 || list[0].LastStatus != 204 ||
+		!list[0].NextAt.Equal(t0.Add(5*time.Minute)) || !list[0].UpdatedAt.Equal(t0.Add(5*time.Minute)) {
+		t.Errorf("Deliveries = %+v, %v, want one delivered on its fourth try, at +5m", list, err)
 	}
 	if es, _ := s.Endpoints(ctx, m); !es[0].FailingSince.IsZero() {
 		t.Errorf("endpoint failing since %v after a success, want not failing", es[0].FailingSince)
