@@ -198,6 +198,91 @@ func runAPIKey(ctx context.Context, args []string, getenv func(string) string, s
 	})
 }
 
+// runEndpoint manages where merchants are sent their events: add prints
+// the signing secret once, alone on the last line of stdout, as
+// rotate-secret prints the new one.
+func runEndpoint(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	const synopsis = "endpoint add --merchant ID --url URL [--events TYPES] | list [--merchant ID] | disable ID | rotate-secret ID [--db FILE|URL]"
+	var (
+		merchant, rawURL, events string
+		insecure                 bool
+	)
+	register := func(fs *flag.FlagSet) {
+		fs.StringVar(&merchant, "merchant", "", "add, list: the merchant whose events go there")
+		fs.StringVar(&rawURL, "url", "", "add: the endpoint's https:// URL")
+		fs.StringVar(&events, "events", "", "add: the event types sent there, comma-separated (default all): "+payment.EventTypeNames())
+		fs.BoolVar(&insecure, "allow-insecure-endpoints", false, "add: accept an http:// URL, for tests on one machine (serve must be given the flag too)")
+	}
+	return storeCommand(ctx, "endpoint", synopsis, args, getenv, stderr, register, func(db payment.Database, sub string, pos []string) error {
+		now := time.Now()
+		switch {
+		case sub == "add" && len(pos) == 0 && merchant != "" && rawURL != "":
+			types, err := payment.ParseEventTypes(events)
+			if err != nil {
+				return fmt.Errorf("endpoint add: --events: %w", err)
+			}
+			e, err := payment.NewEndpoint(merchant, rawURL, types, insecure, now)
+			if err != nil {
+				return fmt.Errorf("endpoint add: --url: %s", payment.ErrorMessage(err))
+			}
+			if err := db.CreateEndpoint(ctx, e); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "created endpoint %s of merchant %s at %s (%s); verify its deliveries with the signing secret, shown once, below:\n%s\n",
+				e.ID, e.Scope, e.URL, typesOf(e), e.Secret)
+			return nil
+		case sub == "list" && len(pos) == 0:
+			es, err := db.Endpoints(ctx, merchant)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%-22s %-22s %-40s %-20s %s\n", "ID", "MERCHANT", "URL", "EVENTS", "STATE")
+			for _, e := range es {
+				fmt.Fprintf(stdout, "%-22s %-22s %-40s %-20s %s\n", e.ID, e.Scope, e.URL, typesOf(e), endpointState(e))
+			}
+			return nil
+		case sub == "disable" && len(pos) == 1:
+			if err := db.DisableEndpoint(ctx, pos[0], "disabled by an operator", now); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "disabled %s: no event is sent there again, and those not yet delivered are not\n", pos[0])
+			return nil
+		case sub == "rotate-secret" && len(pos) == 1:
+			secret, until := payment.NewEndpointSecret(), now.Add(payment.SecretPreviousFor)
+			if err := db.RotateEndpointSecret(ctx, pos[0], secret, until); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "rotated the secret of %s; the old one signs deliveries too until %s. The new one, shown once:\n%s\n",
+				pos[0], until.UTC().Format(time.RFC3339), secret)
+			return nil
+		}
+		return errors.New("usage: oncepay " + synopsis)
+	})
+}
+
+// typesOf names the event types e is sent.
+func typesOf(e payment.Endpoint) string {
+	if len(e.Types) == 0 {
+		return "all events"
+	}
+	s := make([]string, len(e.Types))
+	for i, t := range e.Types {
+		s[i] = string(t)
+	}
+	return strings.Join(s, ",")
+}
+
+// endpointState says whether e is sent events, and how its last ones went.
+func endpointState(e payment.Endpoint) string {
+	switch {
+	case !e.Enabled():
+		return "disabled " + e.DisabledAt.Format(time.RFC3339) + ": " + e.DisabledReason
+	case !e.FailingSince.IsZero():
+		return "enabled, failing since " + e.FailingSince.Format(time.RFC3339)
+	}
+	return "enabled"
+}
+
 // warnSameName warns that "apikey create NAME" makes a new merchant even if
 // one is named NAME already: a rotated key made that way would not share the
 // old key's payments, the very mistake merchants exist to prevent.
@@ -292,8 +377,8 @@ func runCopy(ctx context.Context, args []string, getenv func(string) string, std
 			inProgress++
 		}
 	}
-	fmt.Fprintf(stdout, "copied %s to %s: %d attempts (%d in progress), %d payments, %d refunds, %d webhook events, %d merchants, %d API keys, %d settings\n",
+	fmt.Fprintf(stdout, "copied %s to %s: %d attempts (%d in progress), %d payments, %d refunds, %d webhook events, %d merchants, %d API keys, %d settings, %d merchant events, %d endpoints, %d deliveries\n",
 		from, redactDB(to), len(snap.Attempts), inProgress, len(snap.Payments), len(snap.Refunds), len(snap.Events),
-		len(snap.Merchants), len(snap.APIKeys), len(snap.Settings))
+		len(snap.Merchants), len(snap.APIKeys), len(snap.Settings), len(snap.Outbox), len(snap.Endpoints), len(snap.Deliveries))
 	return nil
 }

@@ -11,10 +11,12 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// startJobs schedules reconcile, purge, the inbox sweep and the forwarder on cron, in UTC: a panic is
-// recovered and logged, and a run still going when the next is due makes
-// that one skip, so runs never overlap.
-func startJobs(ctx context.Context, log *slog.Logger, cfg *config, rec *payment.Reconciler, pur *payment.Purger, inbox *payment.Inbox, fwd *payment.Forwarder) (*cron.Cron, error) {
+// startJobs schedules reconcile, purge, the inbox sweep, the forwarder and
+// the deliverer on cron, in UTC: a panic is recovered and logged, and a run
+// still going when the next is due makes that one skip, so runs never
+// overlap.
+func startJobs(ctx context.Context, log *slog.Logger, cfg *config, rec *payment.Reconciler, pur *payment.Purger, inbox *payment.Inbox,
+	fwd *payment.Forwarder, dlv *payment.Deliverer) (*cron.Cron, error) {
 	cl := cronLogger{log}
 	c := cron.New(cron.WithLocation(time.UTC), cron.WithLogger(cl),
 		cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
@@ -26,6 +28,7 @@ func startJobs(ctx context.Context, log *slog.Logger, cfg *config, rec *payment.
 		{"--purge-schedule", cfg.purgeSchedule, func() { logRun(ctx, log, "purge", pur.RunOnce) }},
 		{"--webhook-sweep-schedule", cfg.sweepSchedule, func() { logRun(ctx, log, "webhook sweep", inbox.Sweep) }},
 		{"--forward-schedule", cfg.offline.forwardSchedule, func() { logRun(ctx, log, "forward", fwd.RunOnce) }},
+		{"--deliver-schedule", cfg.delivery.schedule, func() { logDeliver(ctx, log, dlv) }},
 	} {
 		if job.spec == "off" { // run from a systemd timer instead
 			continue
@@ -47,6 +50,21 @@ func logRun[R fmt.Stringer](ctx context.Context, log *slog.Logger, name string, 
 		return
 	}
 	log.Info("job done", "job", name, "result", res.String(), "duration", time.Since(start))
+}
+
+// logDeliver runs the deliverer once and logs what it did, at debug when
+// it found nothing to do: it runs every few seconds.
+func logDeliver(ctx context.Context, log *slog.Logger, dlv *payment.Deliverer) {
+	start := time.Now()
+	res, err := dlv.RunOnce(ctx)
+	switch {
+	case err != nil:
+		log.Error("job failed", "job", "deliver", "result", res.String(), "err", err, "duration", time.Since(start))
+	case res.Due == 0:
+		log.Debug("job done", "job", "deliver", "result", res.String(), "duration", time.Since(start))
+	default:
+		log.Info("job done", "job", "deliver", "result", res.String(), "duration", time.Since(start))
+	}
 }
 
 // cronLogger lets cron log through slog.
@@ -105,6 +123,33 @@ func runProviderJob(ctx context.Context, name string, args []string, getenv func
 	if res != nil {
 		fmt.Fprintln(stdout, res)
 	}
+	return err
+}
+
+// runDeliver is "oncepay deliver": one pass of the deliverer now, for an
+// operator or a systemd timer.
+func runDeliver(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var cfg config
+	fs := newFlagSet("deliver", "deliver [flags]", stderr)
+	cfg.registerStore(fs)
+	cfg.delivery.register(fs)
+	if _, err := parseFlags(fs, args, getenv); err != nil {
+		return err
+	}
+	if err := cfg.delivery.validate(); err != nil {
+		return err
+	}
+	db, err := cfg.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	dlv, err := cfg.delivery.deliverer(db, slog.New(slog.NewTextHandler(stderr, nil)))
+	if err != nil {
+		return err
+	}
+	res, err := dlv.RunOnce(ctx)
+	fmt.Fprintln(stdout, res)
 	return err
 }
 

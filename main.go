@@ -47,6 +47,11 @@ Usage:
   oncepay apikey create NAME    make a merchant NAME with one API key
   oncepay apikey list           list API keys
   oncepay apikey revoke ID      revoke an API key
+  oncepay endpoint add --merchant ID --url URL [--events TYPES]
+                                where a merchant is sent its events (its signing secret printed once)
+  oncepay endpoint list | disable ID | rotate-secret ID
+                                list endpoints, stop sending to one, give one a new secret
+  oncepay deliver               send merchants' events due to their endpoints once, then exit
   oncepay backup --to FILE      copy the live SQLite database consistently (PostgreSQL: pg_dump)
   oncepay restore --from URL --to FILE [--at TIME]
                                 bring back the SQLite database that serve --replica replicated
@@ -83,6 +88,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runMerchant(ctx, args, getenv, stdout, stderr)
 	case "apikey":
 		return runAPIKey(ctx, args, getenv, stdout, stderr)
+	case "endpoint":
+		return runEndpoint(ctx, args, getenv, stdout, stderr)
+	case "deliver":
+		return runDeliver(ctx, args, getenv, stdout, stderr)
 	case "backup":
 		return runBackup(ctx, args, getenv, stdout, stderr)
 	case "restore":

@@ -381,8 +381,10 @@ func TestJobSchedules(t *testing.T) {
 		{"off", "off", 0, false},
 		{"every minute", "off", 0, true},
 	} {
-		cfg := &config{reconcileSchedule: tt.reconcile, purgeSchedule: tt.purge, sweepSchedule: "off", offline: offlineConfig{forwardSchedule: "off"}}
-		c, err := startJobs(context.Background(), slog.New(slog.DiscardHandler), cfg, &payment.Reconciler{}, &payment.Purger{}, &payment.Inbox{}, &payment.Forwarder{})
+		cfg := &config{reconcileSchedule: tt.reconcile, purgeSchedule: tt.purge, sweepSchedule: "off", offline: offlineConfig{forwardSchedule: "off"},
+			delivery: deliveryConfig{schedule: "off"}}
+		c, err := startJobs(context.Background(), slog.New(slog.DiscardHandler), cfg, &payment.Reconciler{}, &payment.Purger{}, &payment.Inbox{},
+			&payment.Forwarder{}, &payment.Deliverer{})
 		if (err != nil) != tt.err {
 			t.Errorf("schedules %q, %q: err = %v, want error %v", tt.reconcile, tt.purge, err, tt.err)
 			continue

@@ -77,8 +77,9 @@ func TestCommandsOnPostgres(t *testing.T) {
 
 // "oncepay copy" moves a SQLite installation to PostgreSQL: merchants, keys
 // (every secret still authenticates), final payments (replayed byte for
-// byte), in-flight attempts with their fence and lease, and the provider
-// binding. A second copy into the same database is refused, and so is a
+// byte), in-flight attempts with their fence and lease, the provider
+// binding, and the merchants' events, endpoints and deliveries still owed
+// (once: the copy makes no delivery of its own). A second copy into the same database is refused, and so is a
 // target that is not a URL or a source that does not exist.
 func TestCopyToPostgres(t *testing.T) {
 	ctx := context.Background()
@@ -131,11 +132,29 @@ func TestCopyToPostgres(t *testing.T) {
 	if ok, err := src.ReceiveEvent(ctx, event); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
+	// The merchant's events, its endpoint, and a delivery it is still owed.
+	ep, err := payment.NewEndpoint(scope, "https://shop.example/hook", nil, false, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.CreateEndpoint(ctx, ep); err != nil {
+		t.Fatal(err)
+	}
+	told := storetest.NewAttempt("told", now, time.Minute)
+	told.Scope = scope
+	if ok, err := src.Claim(ctx, told); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	o := payment.SucceededOutcome(*told, payment.Charge{ID: "ch_2"})
+	o.Event = payment.ChangeEvent(*told, o, now)
+	if ok, err := src.Record(ctx, payment.KindPayment, scope, "told", 1, o, now); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
 	src.Close()
 
 	db := pgtest.URL(t)
 	out := runOK(t, "copy", "--from", file, "--to", db)
-	if want := "3 attempts (2 in progress), 3 payments, 1 refunds, 1 webhook events, 2 merchants, 2 API keys, 2 settings"; !strings.Contains(out, want) {
+	if want := "4 attempts (2 in progress), 4 payments, 1 refunds, 1 webhook events, 2 merchants, 2 API keys, 2 settings, 1 merchant events, 1 endpoints, 1 deliveries"; !strings.Contains(out, want) {
 		t.Errorf("copy printed %q, want %q", out, want)
 	}
 	dst, err := pgstore.Open(ctx, db, pgstore.Options{})
@@ -171,6 +190,16 @@ func TestCopyToPostgres(t *testing.T) {
 	}
 	if e, err := dst.InboxEvent(ctx, "sim", "evt_1"); err != nil || e.State != payment.EventReceived || e.PaymentID != final.ID {
 		t.Errorf("copied event = %+v, %v", e, err)
+	}
+	if es, err := dst.OutboxEvents(ctx, payment.OutboxFilter{Scope: scope, Limit: 10}); err != nil || len(es) != 1 ||
+		es[0].ID != o.Event.ID || !bytes.Equal(es[0].Body, o.Event.Body) {
+		t.Errorf("copied merchant events = %+v, %v, want the one of %s", es, err, told.ID)
+	}
+	if eps, err := dst.Endpoints(ctx, scope); err != nil || len(eps) != 1 || eps[0].Secret != ep.Secret || eps[0].URL != ep.URL {
+		t.Errorf("copied endpoints = %+v, %v, want %s with its secret", eps, err, ep.ID)
+	}
+	if due, err := dst.DueDeliveries(ctx, now, 10); err != nil || len(due) != 1 || due[0].EventID != o.Event.ID || due[0].EndpointID != ep.ID {
+		t.Errorf("copied deliveries due = %+v, %v, want the one still owed, once", due, err)
 	}
 	if err := dst.BindProvider(ctx, "sim"); err == nil || !strings.Contains(err.Error(), "http://bank.example") {
 		t.Errorf("BindProvider(another) after the copy = %v, want the copied binding to refuse it", err)

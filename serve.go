@@ -19,6 +19,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/batchlog"
 	"github.com/oncepay/oncepay/metrics"
+	"github.com/oncepay/oncepay/outbound"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/pgstore"
 	"github.com/oncepay/oncepay/provider/link"
@@ -63,6 +64,7 @@ type config struct {
 	logLevel          slog.Level
 	offline           offlineConfig
 	replica           replicaConfig
+	delivery          deliveryConfig
 }
 
 // offlineConfig configures the link to the provider and the forward queue
@@ -87,6 +89,32 @@ func (o *offlineConfig) validate() error {
 		return fmt.Errorf("--link-probe %s must be positive", o.linkOpenFor)
 	}
 	return nil
+}
+
+// deliveryConfig configures the deliveries of merchants' events to their
+// endpoints.
+type deliveryConfig struct {
+	schedule      string
+	timeout       time.Duration
+	allowInsecure bool
+}
+
+func (d *deliveryConfig) register(fs *flag.FlagSet) {
+	fs.DurationVar(&d.timeout, "delivery-timeout", payment.DefaultDeliveryTimeout, "longest wait for a merchant's endpoint to answer one delivery; past it the delivery is tried again later")
+	fs.BoolVar(&d.allowInsecure, "allow-insecure-endpoints", false, "deliver events to http:// endpoints and to loopback, private and link-local addresses too: for tests on one machine, never on the internet (an endpoint's URL is its merchant's to choose)")
+}
+
+func (d *deliveryConfig) validate() error {
+	if d.timeout <= 0 || d.timeout > 5*time.Minute {
+		return fmt.Errorf("--delivery-timeout %s: want more than 0 and at most 5m", d.timeout)
+	}
+	return nil
+}
+
+// deliverer is the deliverer of db's events, logging to log.
+func (d *deliveryConfig) deliverer(db payment.EndpointStore, log *slog.Logger) (*payment.Deliverer, error) {
+	return payment.NewDeliverer(payment.Deliverer{Store: db, Log: log, Timeout: d.timeout,
+		Sender: outbound.New(outbound.Options{AllowInsecure: d.allowInsecure, UserAgent: "oncepay/" + versionString()})})
 }
 
 func (c *config) registerStore(fs *flag.FlagSet) {
@@ -122,6 +150,8 @@ func (c *config) registerServe(fs *flag.FlagSet) {
 	fs.StringVar(&c.reconcileSchedule, "reconcile-schedule", "@every 1m", "cron schedule of reconcile (UTC), or off")
 	fs.StringVar(&c.purgeSchedule, "purge-schedule", "@every 10m", "cron schedule of purge (UTC), or off")
 	fs.StringVar(&c.sweepSchedule, "webhook-sweep-schedule", "@every 1m", "cron schedule of the webhook inbox sweep (UTC), which applies events a dead processor left, or off")
+	fs.StringVar(&c.delivery.schedule, "deliver-schedule", "@every 5s", "cron schedule of the deliverer, which sends merchants' events to their endpoints (UTC), or off")
+	c.delivery.register(fs)
 	fs.StringVar(&c.simWebhookSecret, "sim-webhook-secret", "", `secret ("whsec_" and a key in base64) of POST /v1/webhooks/sim, the simulated provider's signed events; with --provider sim it also makes the in-process provider send them (demo makes one up)`)
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	c.replica.register(fs)
@@ -129,7 +159,7 @@ func (c *config) registerServe(fs *flag.FlagSet) {
 
 func (c *config) registerRetention(fs *flag.FlagSet) {
 	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long final attempts (and so their keys) are kept")
-	fs.DurationVar(&c.paymentRetention, "payment-retention", 0, "how long payments and their refunds are kept after their keys (0: always); at least --retention")
+	fs.DurationVar(&c.paymentRetention, "payment-retention", 0, "how long payments and their refunds are kept after their keys, and merchants' events after they were made (0: always); at least --retention")
 	fs.DurationVar(&c.eventRetention, "event-retention", payment.DefaultEventRetention, "how long final webhook events (processed, ignored) are kept; longer than the provider redelivers (Stripe: 3 days) answers a late copy as a duplicate")
 }
 
@@ -142,6 +172,11 @@ func (c *config) validate() error {
 	}
 	if err := c.replica.validate(c.db); err != nil {
 		return err
+	}
+	if c.delivery.timeout != 0 { // registered: serve, demo
+		if err := c.delivery.validate(); err != nil {
+			return err
+		}
 	}
 	if c.lease <= c.providerTimeout {
 		return fmt.Errorf("--lease (%s) must exceed --provider-timeout (%s): a retry must not take over a call still running", c.lease, c.providerTimeout)
@@ -591,10 +626,16 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	rec.Observe, pur.Observe, fwd.Observe = m.Reconciled, m.Purged, m.Forwarded
+	dlv, err := cfg.delivery.deliverer(a.db, log)
+	if err != nil {
+		return err
+	}
+	rec.Observe, pur.Observe, fwd.Observe, dlv.Observe = m.Reconciled, m.Purged, m.Forwarded, m.Delivered
+	m.Deliveries(a.db.DeliveryBacklog, time.Now)
 	m.Offline(a.db.QueueTotals, a.linkUpFunc(), time.Now)
 	a.service.ObserveQueue = m.Queued
-	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Queue: a.db, Forwarder: fwd, Link: a.linkState, Token: cfg.adminToken, Open: demo}
+	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Queue: a.db, Forwarder: fwd, Link: a.linkState, Endpoints: a.db,
+		Token: cfg.adminToken, Open: demo}
 	if demo && a.sim != nil {
 		srvCfg.Workshop = workshop.New(a.service, rec, a.sim, server.DemoScope)
 	}
@@ -614,7 +655,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	jobs, err := startJobs(ctx, log, &cfg, rec, pur, inbox, fwd)
+	jobs, err := startJobs(ctx, log, &cfg, rec, pur, inbox, fwd, dlv)
 	if err != nil {
 		ln.Close()
 		return err

@@ -33,3 +33,14 @@ func runVersion(stdout io.Writer) error {
 	_, err := fmt.Fprintf(stdout, "oncepay %s%s %s\n", v, rev, info.GoVersion)
 	return err
 }
+
+// versionString is the version alone, as a User-Agent carries it.
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "devel"
+}

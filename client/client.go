@@ -192,21 +192,94 @@ type PaymentList struct {
 // List returns a page of the merchant's payments, retried like Get: a till
 // reads what it still has queued with ListParams{Status: StatusQueued}.
 func (c *Client) List(ctx context.Context, p ListParams) (*PaymentList, error) {
+	l, _, err := send[PaymentList](ctx, c, http.MethodGet, listPath("/v1/payments", map[string]string{
+		"status": p.Status, "starting_after": p.StartingAfter, "ending_before": p.EndingBefore}, p.Limit), "", nil)
+	return l, err
+}
+
+// Event is one state change of a payment or a refund, as oncepay tells it:
+// each change has exactly one, written with the change. ID is its identity
+// forever: an event delivered twice has the same ID, so dedupe by it.
+type Event struct {
+	ID      string `json:"id"`
+	Type    string `json:"type"`    // one of the Event constants
+	Created int64  `json:"created"` // when the change was made, in Unix seconds
+	Data    struct {
+		// Object is the payment or refund as it was once the change was
+		// made: Payment or Refund decodes it.
+		Object json.RawMessage `json:"object"`
+	} `json:"data"`
+}
+
+// The types of events.
+const (
+	EventPaymentSucceeded = "payment.succeeded"
+	EventPaymentFailed    = "payment.failed" // declined, or reconciled as never charged
+	EventPaymentQueued    = "payment.queued"
+	EventPaymentExpired   = "payment.expired"
+	EventRefundSucceeded  = "refund.succeeded"
+	EventRefundFailed     = "refund.failed"
+)
+
+// Payment is the payment a payment.* event is about, as it was then.
+func (e *Event) Payment() (*Payment, error) {
+	if !strings.HasPrefix(e.Type, "payment.") {
+		return nil, fmt.Errorf("event %s is a %s, not about a payment", e.ID, e.Type)
+	}
+	var p Payment
+	return &p, json.Unmarshal(e.Data.Object, &p)
+}
+
+// Refund is the refund a refund.* event is about, as it was then.
+func (e *Event) Refund() (*Refund, error) {
+	if !strings.HasPrefix(e.Type, "refund.") {
+		return nil, fmt.Errorf("event %s is a %s, not about a refund", e.ID, e.Type)
+	}
+	var r Refund
+	return &r, json.Unmarshal(e.Data.Object, &r)
+}
+
+// EventListParams selects a page of Events: newest first, StartingAfter
+// an event id for the next, older page, EndingBefore one for the newer
+// page; Type filters ("" for all); Limit 1-100 (0: the server's 10).
+type EventListParams struct {
+	Type          string
+	Limit         int
+	StartingAfter string
+	EndingBefore  string
+}
+
+// EventList is one page of Events.
+type EventList struct {
+	Data    []Event `json:"data"`
+	HasMore bool    `json:"has_more"`
+}
+
+// Events returns a page of the merchant's events, retried like Get. To
+// read every event since the last one seen: EndingBefore its id gives the
+// events just after it (newest first within the page); then EndingBefore
+// the first of that page, and so on while HasMore.
+func (c *Client) Events(ctx context.Context, p EventListParams) (*EventList, error) {
+	l, _, err := send[EventList](ctx, c, http.MethodGet, listPath("/v1/events", map[string]string{
+		"type": p.Type, "starting_after": p.StartingAfter, "ending_before": p.EndingBefore}, p.Limit), "", nil)
+	return l, err
+}
+
+// listPath is path with a list's query: the params given, and limit if set.
+func listPath(path string, params map[string]string, limit int) string {
 	q := url.Values{}
-	for name, v := range map[string]string{"status": p.Status, "starting_after": p.StartingAfter, "ending_before": p.EndingBefore} {
+	for name, v := range params {
 		if v != "" {
 			q.Set(name, v)
 		}
 	}
-	if p.Limit > 0 {
-		q.Set("limit", strconv.Itoa(p.Limit))
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
 	}
-	path := "/v1/payments"
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	l, _, err := send[PaymentList](ctx, c, http.MethodGet, path, "", nil)
-	return l, err
+	return path
 }
 
 // send sends the request until a final answer and decodes a success into a

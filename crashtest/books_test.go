@@ -242,7 +242,8 @@ func readPostgres(t *testing.T, url, q string, scan func(pgx.Rows) error) {
 // fails the test unless they agree: nothing in progress; every ledger charge
 // has exactly one succeeded attempt with its charge id and amount; no
 // attempt claims a charge the ledger lacks or marks a charged payment failed;
-// no key charged twice; both files pass PRAGMA integrity_check (the ledger
+// no key charged twice; every change of a payment or refund has its one
+// event (checkOutbox); both files pass PRAGMA integrity_check (the ledger
 // alone when oncepay's database is PostgreSQL).
 func checkBooks(t *testing.T, dbPath, ledgerPath string) books {
 	t.Helper()
@@ -261,6 +262,7 @@ func checkBooks(t *testing.T, dbPath, ledgerPath string) books {
 	})
 	ledger.Close()
 
+	checkOutbox(t, dbPath)
 	b := readBooks(t, dbPath, ledgerPath)
 	byCharge := map[string]int{}
 	for dk, a := range b.attempts {

@@ -8,10 +8,12 @@
 //	ONCEPAY_CRASH_POINT  after-claim   the claim is committed, the provider not yet called
 //	                     after-charge  the provider charged, nothing recorded yet
 //	                     after-refund  the provider refunded, nothing recorded yet
-//	                     in-record     the record's UPDATE ran, its transaction not committed
+//	                     in-record     the record's UPDATE and its event's INSERT ran, their transaction not committed
 //	                     after-record  the record is committed, the client not yet answered
 //	                     in-event      a provider event is stored and begun, not yet applied
 //	                     after-apply   the event settled its attempt, the event not yet finished
+//	                     after-delivery-claim  a delivery of a merchant's event claimed, not yet sent
+//	                     after-delivery-send   sent, how it ended not yet stored
 //	ONCEPAY_CRASH_PROB   chance (0..1, default 1) that one pass through the point kills
 //
 // A normal build (no tag) compiles Hit to nothing and ignores the variables.
@@ -128,7 +130,7 @@ func crashRepeatedly(t *testing.T, point string, kills int) {
 	after := checkBooks(t, db, ledger)
 	t.Logf("%s: %d SIGKILLs; %d requests for %d intents; %d answered finally before a kill (each replayed byte for byte after); %d claims taken over by a retry",
 		point, kills, requests, len(intents), answered, takeovers)
-	t.Logf("%s: %v", point, rec)
+	t.Logf("%s: %v; %v", point, rec, readOutbox(t, db))
 	t.Logf("%s: after reconcile: %v; retries: %v; at the end: %v", point, b, kinds, after)
 }
 

@@ -380,7 +380,8 @@ func TestForwardCrashPoints(t *testing.T) {
 					t.Errorf("%s: %d charges, want 1", in.key, n)
 				}
 			}
-			t.Logf("%s: %d kills survived, 16 payments forwarded once each", point, kills)
+			o := checkOutbox(t, db)
+			t.Logf("%s: %d kills survived, 16 payments forwarded once each; %v", point, kills, o)
 			if kills < 5 {
 				t.Errorf("kills = %d, want at least 5 at %s", kills, point)
 			}

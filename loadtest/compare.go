@@ -208,6 +208,7 @@ func claimAndRecord(ctx context.Context, db *sqlitestore.DB, a payment.Attempt) 
 		return fmt.Errorf("claim %s: a fresh key was not claimed", a.Key)
 	}
 	o := payment.SucceededOutcome(a, payment.Charge{ID: "ch_" + a.Key})
+	o.Event = payment.ChangeEvent(a, o, time.Now())
 	recorded, err := db.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, o, time.Now())
 	if err != nil {
 		return fmt.Errorf("record %s: %w", a.Key, err)

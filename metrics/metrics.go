@@ -32,6 +32,10 @@ type Metrics struct {
 	refused   *prometheus.CounterVec
 	// The forward queue's (offline.go); nil until Offline registers them.
 	queued, queuedAmount, forwards *prometheus.CounterVec
+	// The deliveries' (deliveries.go); nil until Deliveries registers them.
+	deliveries *prometheus.CounterVec
+	disabled   prometheus.Counter
+	purgedOut  prometheus.Counter
 }
 
 // New registers oncepay's metrics and the Go runtime and process collectors.
@@ -63,6 +67,10 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 			Name: "oncepay_purge_events_deleted_total",
 			Help: "Final webhook events (processed, ignored) deleted by purge after the event retention.",
 		}),
+		purgedOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "oncepay_purge_merchant_events_deleted_total",
+			Help: "Events told to merchants (GET /v1/events) deleted by purge after the payment retention.",
+		}),
 		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_webhook_events_total",
 			Help: "Provider event deliveries and tries by provider, event type (empty if unverified) and outcome: processed, ignored, failed, duplicate, busy, error, invalid, too_large.",
@@ -79,7 +87,7 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 	for _, o := range []string{"succeeded", "failed", "unknown"} {
 		m.reconcile.WithLabelValues(o) // present at zero from the start
 	}
-	m.registry.MustRegister(m.requests, m.refunds, m.provider, m.reconcile, m.purged, m.purgedEvs, m.webhooks, m.refused,
+	m.registry.MustRegister(m.requests, m.refunds, m.provider, m.reconcile, m.purged, m.purgedEvs, m.purgedOut, m.webhooks, m.refused,
 		&inProgressCollector{fn: inProgress, now: now},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -188,6 +196,7 @@ func (m *Metrics) WebhookRefused(provider, reason string) {
 func (m *Metrics) Purged(r payment.PurgeResult) {
 	m.purged.Add(float64(r.Deleted))
 	m.purgedEvs.Add(float64(r.EventsDeleted))
+	m.purgedOut.Add(float64(r.OutboxDeleted))
 }
 
 // inProgressCollector asks the store at each scrape, so the gauges are

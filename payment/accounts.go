@@ -93,6 +93,7 @@ type Database interface {
 	AccountStore
 	EventStore
 	PurgeStore
+	EndpointStore
 	// BindProvider records which provider the payments go to, and refuses
 	// another while any attempt is in progress (see ProviderBound).
 	BindProvider(ctx context.Context, provider string) error
@@ -117,15 +118,20 @@ type StoredRefund struct {
 
 // Snapshot is a whole database at one moment: every attempt (in progress
 // ones with their fence and lease), payment (with its refunds' amounts
-// reserved), refund, inbox event, merchant, API key and setting.
+// reserved), refund, inbox event, merchant, API key and setting, and the
+// merchants' events, endpoints and deliveries (pending ones with their
+// fence, lease and next try).
 type Snapshot struct {
-	Attempts  []Attempt
-	Payments  []Payment
-	Refunds   []StoredRefund
-	Events    []InboxEvent
-	Merchants []Merchant
-	APIKeys   []StoredAPIKey
-	Settings  map[string]string
+	Attempts   []Attempt
+	Payments   []Payment
+	Refunds    []StoredRefund
+	Events     []InboxEvent
+	Merchants  []Merchant
+	APIKeys    []StoredAPIKey
+	Settings   map[string]string
+	Outbox     []OutboxEvent
+	Endpoints  []Endpoint
+	Deliveries []OutboxDelivery
 }
 
 // ExpiredKey is a store's refusal of a's claim when a.Key's record was

@@ -145,6 +145,9 @@ type PurgeStore interface {
 	// updated before before, never one still to be applied, and returns how
 	// many.
 	PurgeEvents(ctx context.Context, before time.Time, limit int) (int, error)
+	// PurgeOutbox deletes up to limit of the events told to merchants made
+	// before before (OutboxStore).
+	PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // Purger deletes final attempts older than the retention, in batches, so
@@ -156,7 +159,8 @@ type Purger struct {
 	Now       func() time.Time
 	Retention time.Duration
 	// PaymentRetention is how long a payment and its refunds are kept after
-	// the last change; 0 keeps them. It must be at least Retention.
+	// the last change, and the events told to merchants after they were
+	// made; 0 keeps them. It must be at least Retention.
 	PaymentRetention time.Duration
 	// EventRetention is how long a final provider event is kept after it
 	// became final; 0 is DefaultEventRetention. A redelivery of an event
@@ -197,6 +201,7 @@ func NewPurger(p Purger) (*Purger, error) {
 type PurgeResult struct {
 	Deleted         int
 	PaymentsDeleted int       // payments (with their refunds) past the payment retention
+	OutboxDeleted   int       // events told to merchants, past the payment retention
 	EventsDeleted   int       // final provider events past the event retention
 	Before          time.Time // attempts final before this were deleted
 }
@@ -206,16 +211,21 @@ func (r PurgeResult) String() string {
 	if r.EventsDeleted > 0 {
 		s += fmt.Sprintf(", %d final webhook events past the event retention", r.EventsDeleted)
 	}
-	if r.PaymentsDeleted > 0 {
+	switch {
+	case r.PaymentsDeleted > 0 && r.OutboxDeleted > 0:
+		s += fmt.Sprintf(", and %d payments and %d merchant events past the payment retention", r.PaymentsDeleted, r.OutboxDeleted)
+	case r.PaymentsDeleted > 0:
 		s += fmt.Sprintf(", and %d payments past the payment retention", r.PaymentsDeleted)
+	case r.OutboxDeleted > 0:
+		s += fmt.Sprintf(", and %d merchant events past the payment retention", r.OutboxDeleted)
 	}
 	return s
 }
 
 // RunOnce deletes every final attempt older than the retention, then every
 // final event older than the event retention, then (if they are not kept)
-// the payments older than the payment retention, each batch by batch until
-// a batch comes back short.
+// the payments older than the payment retention and the merchants' events
+// made before it, each batch by batch until a batch comes back short.
 func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 	if p.BatchSize < 1 || p.Now == nil {
 		return res, errors.New("payment: purger: BatchSize or Now is not set; build it with NewPurger")
@@ -244,6 +254,10 @@ func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 		return res, err
 	}
 	res.PaymentsDeleted, err = purgeBatches(ctx, p.Store.PurgePayments, p.Now().Add(-p.PaymentRetention), p.BatchSize)
+	if err != nil {
+		return res, err
+	}
+	res.OutboxDeleted, err = purgeBatches(ctx, p.Store.PurgeOutbox, p.Now().Add(-p.PaymentRetention), p.BatchSize)
 	return res, err
 }
 

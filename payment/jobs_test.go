@@ -528,6 +528,10 @@ func TestPurgeResultString(t *testing.T) {
 		{payment.PurgeResult{Deleted: 0, Before: before}, "purge: deleted 0 final attempts last updated before 2026-11-30T12:00:00Z"},
 		{payment.PurgeResult{Deleted: 2, EventsDeleted: 1, PaymentsDeleted: 1, Before: before},
 			"purge: deleted 2 final attempts last updated before 2026-11-30T12:00:00Z, 1 final webhook events past the event retention, and 1 payments past the payment retention"},
+		{payment.PurgeResult{Deleted: 2, PaymentsDeleted: 1, OutboxDeleted: 3, Before: before},
+			"purge: deleted 2 final attempts last updated before 2026-11-30T12:00:00Z, and 1 payments and 3 merchant events past the payment retention"},
+		{payment.PurgeResult{Deleted: 2, OutboxDeleted: 3, Before: before},
+			"purge: deleted 2 final attempts last updated before 2026-11-30T12:00:00Z, and 3 merchant events past the payment retention"},
 	} {
 		if got := tt.res.String(); got != tt.want {
 			t.Errorf("String() = %q, want %q", got, tt.want)
@@ -536,7 +540,8 @@ func TestPurgeResultString(t *testing.T) {
 }
 
 // Payments are purged past the payment retention, not before: a payment
-// whose key's record is gone stays readable until then.
+// whose key's record is gone stays readable until then; the events told of
+// them are kept as long.
 func TestPaymentRetentionKeepsRecentPayments(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
@@ -555,12 +560,15 @@ func TestPaymentRetentionKeepsRecentPayments(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := p.RunOnce(ctx)
-	if err != nil || res.Deleted != 2 || res.PaymentsDeleted != 1 {
-		t.Fatalf("RunOnce = %+v, %v; want both keys' records and only the old payment", res, err)
+	if err != nil || res.Deleted != 2 || res.PaymentsDeleted != 1 || res.OutboxDeleted != 1 {
+		t.Fatalf("RunOnce = %+v, %v; want both keys' records, and only the old payment and its event", res, err)
 	}
 	var oldView, recentView payment.View
 	json.Unmarshal(old.Body, &oldView)
 	json.Unmarshal(recent.Body, &recentView)
+	if types, _ := outbox(t, f); len(types) != 1 || len(types[recentView.ID]) != 1 {
+		t.Errorf("events after the purge = %v, want the recent payment's alone", types)
+	}
 	if _, err := f.Service.Payment(ctx, "demo", recentView.ID); err != nil {
 		t.Errorf("the recent payment after the purge: %v, want it kept", err)
 	}

@@ -131,7 +131,8 @@ type QueueStore interface {
 	// key) if it is still in progress under fence, and puts its payment in
 	// the forward queue, in one transaction, if it fits scope's limits at
 	// now: its amount, and its currency's total still queued. reached says
-	// whether the call that failed may have reached the provider.
+	// whether the call that failed may have reached the provider. o.Event is
+	// written with them, and only if the payment is queued.
 	Queue(ctx context.Context, scope, key string, fence int64, o Outcome, reached bool, now time.Time) (QueueVerdict, error)
 	// DueForwards returns up to limit queued payments with no live lease at
 	// now, oldest first.
@@ -145,8 +146,8 @@ type QueueStore interface {
 	ReleaseForward(ctx context.Context, paymentID string, fence int64, lastErr string, now time.Time) error
 	// Forwarded settles a queued payment under fence: it leaves the queue,
 	// and its attempt and payment take o's status, charge and failure code
-	// (the attempt keeps its 202, which every replay gets), in one
-	// transaction. ok is false when fenced out.
+	// (the attempt keeps its 202, which every replay gets), and o.Event is
+	// written, in one transaction. ok is false when fenced out.
 	Forwarded(ctx context.Context, paymentID string, fence int64, o Outcome, now time.Time) (ok bool, err error)
 	// QueueTotals returns the forward queue's count, amount and oldest
 	// payment per currency, across merchants.
@@ -161,7 +162,8 @@ type QueueStore interface {
 // payment in status queued, replayed byte for byte like every answer.
 func QueuedOutcome(a Attempt) Outcome {
 	a.Status = Queued
-	return Outcome{Status: Queued, ResponseStatus: 202, ResponseBody: a.View().Body()}
+	body := a.View().Body()
+	return Outcome{Status: Queued, ResponseStatus: 202, ResponseBody: body, view: body}
 }
 
 // expiredOutcome is what the forwarder records for a payment that waited
@@ -183,7 +185,7 @@ func (s *Service) queue(ctx context.Context, a Attempt, reached bool) (res Resul
 	if lim == nil {
 		return Result{}, false
 	}
-	o := QueuedOutcome(a)
+	o := s.withEvent(a, QueuedOutcome(a))
 	verdict, err := s.Store.Queue(ctx, a.Scope, a.Key, a.Fence, o, reached, s.Now())
 	if err != nil {
 		s.Log.Error("queue payment", "id", a.ID, "err", err)
@@ -306,7 +308,7 @@ func (f *Forwarder) forward(ctx context.Context, q Forward) (Status, error) {
 	if o.Status == Succeeded {
 		crashpoint.Hit("after-forward-charge")
 	}
-	ok, err = s.Store.Forwarded(ctx, q.PaymentID, fence, o, s.Now())
+	ok, err = s.Store.Forwarded(ctx, q.PaymentID, fence, s.withEvent(*a, o), s.Now())
 	if err != nil || !ok {
 		return "", err
 	}
@@ -364,6 +366,19 @@ const (
 	MaxListLimit     = 100
 )
 
+// page cuts a store's answer of up to limit+1 items, newest first, to a
+// page of limit and says whether there are more: the extra one is the
+// oldest, or, for the page ending before an id, the newest.
+func page[T any](items []T, limit int, endingBefore bool) ([]T, bool) {
+	if len(items) <= limit {
+		return items, false
+	}
+	if endingBefore {
+		return items[len(items)-limit:], true
+	}
+	return items[:limit], true
+}
+
 // ListPayments returns a page of f.Scope's payments, newest first (their
 // refunds are listed under each payment's own refunds).
 func (s *Service) ListPayments(ctx context.Context, f PaymentFilter) (List[View], error) {
@@ -372,13 +387,7 @@ func (s *Service) ListPayments(ctx context.Context, f PaymentFilter) (List[View]
 	if err != nil {
 		return list, err
 	}
-	if list.HasMore = len(ps) > f.Limit; list.HasMore {
-		if f.EndingBefore != "" {
-			ps = ps[1:] // the extra one is the newest, beyond the page
-		} else {
-			ps = ps[:f.Limit]
-		}
-	}
+	ps, list.HasMore = page(ps, f.Limit, f.EndingBefore != "")
 	for _, p := range ps {
 		list.Data = append(list.Data, p.View(nil))
 	}

@@ -159,7 +159,7 @@ func (s *Service) own(ctx context.Context, a Attempt, lookupFirst bool) (Result,
 	if o.Status == Succeeded {
 		crashpoint.Hit("after-" + movedPoint[a.Kind])
 	}
-	ok, err := s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, o, s.Now())
+	ok, err := s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, s.withEvent(a, o), s.Now())
 	if err != nil {
 		return Result{}, err
 	}
@@ -243,7 +243,7 @@ func (s *Service) confirm(ctx context.Context, a Attempt, absent func(Attempt) (
 		// is as stale as before and reconcile's next run asks again.
 		return Outcome{Status: InProgress}, lookupErr, s.Store.Release(ctx, a.Scope, a.Key, a.Fence, a.UpdatedAt)
 	}
-	ok, err = s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, o, s.Now())
+	ok, err = s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, s.withEvent(a, o), s.Now())
 	if err != nil || !ok {
 		return Outcome{}, nil, err
 	}

@@ -125,6 +125,14 @@ type Outcome struct {
 	ResponseBody   []byte
 	ChargeID       string
 	FailureCode    string
+	// Event, if set, is the event of this change (ChangeEvent), which the
+	// store writes in the transaction that records the outcome, and only
+	// if it does record it.
+	Event *OutboxEvent
+	// view is the payment's or refund's JSON once o is recorded, when the
+	// outcome's answer is that JSON already (a 201, a 202): the event's
+	// data, not built twice.
+	view []byte
 }
 
 // Payment is what oncepay keeps of a payment for as long as the payment
@@ -171,6 +179,9 @@ type Store interface {
 	// The forward queue of payments taken while the provider could not be
 	// reached (offline.go).
 	QueueStore
+	// The events of the changes Record, Queue and Forwarded make, each
+	// written in the change's own transaction (outbox.go).
+	OutboxStore
 
 	// Claim inserts a, unless (a.Scope, a.Key) exists. claimed is true when
 	// this call created the row and so owns the attempt. In the same
@@ -199,8 +210,8 @@ type Store interface {
 	// Record stores the final outcome if the attempt, of kind, is still in
 	// progress under fence. ok is false when another owner or reconcile got
 	// there first. In the same transaction it settles the payment or refund
-	// the attempt made; a refund's reservation becomes refunded, or is given
-	// back.
+	// the attempt made (a refund's reservation becomes refunded, or is given
+	// back) and writes o.Event: both, or neither.
 	Record(ctx context.Context, kind Kind, scope, key string, fence int64, o Outcome, now time.Time) (ok bool, err error)
 
 	// Release drops the owner's lease, so the client's retry can take over at

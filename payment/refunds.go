@@ -197,7 +197,8 @@ func (r refunds) outcome(a Attempt, pr ProviderRefund) Outcome {
 		return r.keyReused(a)
 	}
 	a.Status, a.ChargeID = Succeeded, pr.ID
-	return Outcome{Status: Succeeded, ResponseStatus: 201, ResponseBody: a.RefundView().Body(), ChargeID: pr.ID}
+	body := a.RefundView().Body()
+	return Outcome{Status: Succeeded, ResponseStatus: 201, ResponseBody: body, ChargeID: pr.ID, view: body}
 }
 
 func (r refunds) keyReused(a Attempt) Outcome {

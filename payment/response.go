@@ -179,7 +179,8 @@ func (v View) Body() []byte { return marshalLine(v) }
 // provider charged.
 func SucceededOutcome(a Attempt, c Charge) Outcome {
 	a.Status, a.ChargeID = Succeeded, c.ID
-	return Outcome{Status: Succeeded, ResponseStatus: 201, ResponseBody: a.View().Body(), ChargeID: c.ID}
+	body := a.View().Body()
+	return Outcome{Status: Succeeded, ResponseStatus: 201, ResponseBody: body, ChargeID: c.ID, view: body}
 }
 
 // declinedOutcome is what an owner records when the provider declined.

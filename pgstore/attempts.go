@@ -146,18 +146,32 @@ const recordPaymentSQL = `WITH a AS (` + recordSQL + ` RETURNING id),
 		FROM a WHERE payments.id = a.id)
 	SELECT count(*) FROM a`
 
+// recordPaymentEventSQL is recordPaymentSQL that also writes the change's
+// event ($11...$15) when, and only when, it records.
+const recordPaymentEventSQL = `WITH a AS (` + recordSQL + ` RETURNING id),
+	p AS (UPDATE payments SET status = $1, charge_id = $4, failure_code = $5, updated_at = $6
+		FROM a WHERE payments.id = a.id),
+	e AS (INSERT INTO events (scope, type, id, object_id, created_at, body)
+		SELECT $7, $11, $12, $13, $14, $15 FROM a)
+	SELECT count(*) FROM a`
+
 // Record stores the final outcome, guarded by the owner's fence and the
 // status: a late owner cannot overwrite what a takeover or reconcile wrote.
-// It settles the payment or refund the attempt made, atomically with it: a
-// payment's in the same statement (so it has no moment written and not yet
-// committed to crash in), a refund's in the same transaction.
+// It settles the payment or refund the attempt made, and writes o.Event,
+// atomically with it: a payment's in the same statement (so it has no
+// moment written and not yet committed to crash in), a refund's in the
+// same transaction.
 func (db *DB) Record(ctx context.Context, kind payment.Kind, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
 	args := []any{string(o.Status), o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID),
 		nullString(o.FailureCode), ms(now), scope, key, fence, string(kind)}
 	switch kind {
 	case payment.KindPayment:
+		query := recordPaymentSQL
+		if e := o.Event; e != nil {
+			query, args = recordPaymentEventSQL, append(args, string(e.Type), e.ID, e.ObjectID, ms(e.CreatedAt), e.Body)
+		}
 		var n int
-		err := db.pool.QueryRow(ctx, recordPaymentSQL, args...).Scan(&n)
+		err := db.pool.QueryRow(ctx, query, args...).Scan(&n)
 		return n == 1 && err == nil, mapErr(err)
 	case payment.KindRefund:
 	default:
@@ -177,6 +191,9 @@ func (db *DB) Record(ctx context.Context, kind payment.Kind, scope, key string, 
 			return err
 		}
 		if err := settleRefund(ctx, tx, id, paymentID, amount, o, now); err != nil {
+			return err
+		}
+		if err := insertEvent(ctx, tx, o.Event); err != nil {
 			return err
 		}
 		ok = true

@@ -22,19 +22,20 @@ var ErrNotEmpty = errors.New("the target database is not empty")
 // attempts in progress belong to s's provider.
 func (db *DB) Import(ctx context.Context, s *payment.Snapshot) error {
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `LOCK TABLE payment_attempts, payments, refunds, expired_keys, webhook_events, merchants, api_keys, settings IN EXCLUSIVE MODE`); err != nil {
+		if _, err := tx.Exec(ctx, `LOCK TABLE payment_attempts, payments, refunds, expired_keys, webhook_events, merchants, api_keys, settings,
+			events, endpoints, deliveries IN EXCLUSIVE MODE`); err != nil {
 			return err
 		}
-		var attempts, payments, events, merchants, keys bool
+		var attempts, payments, events, merchants, keys, outbox, endpoints bool
 		if err := tx.QueryRow(ctx, `SELECT
 			EXISTS (SELECT 1 FROM payment_attempts), EXISTS (SELECT 1 FROM payments), EXISTS (SELECT 1 FROM webhook_events),
-			EXISTS (SELECT 1 FROM merchants), EXISTS (SELECT 1 FROM api_keys)`).
-			Scan(&attempts, &payments, &events, &merchants, &keys); err != nil {
+			EXISTS (SELECT 1 FROM merchants), EXISTS (SELECT 1 FROM api_keys), EXISTS (SELECT 1 FROM events), EXISTS (SELECT 1 FROM endpoints)`).
+			Scan(&attempts, &payments, &events, &merchants, &keys, &outbox, &endpoints); err != nil {
 			return err
 		}
-		if attempts || payments || events || merchants || keys {
-			return fmt.Errorf("%w (attempts: %v, payments: %v, webhook events: %v, merchants: %v, API keys: %v): copy into a new, empty database",
-				ErrNotEmpty, attempts, payments, events, merchants, keys)
+		if attempts || payments || events || merchants || keys || outbox || endpoints {
+			return fmt.Errorf("%w (attempts: %v, payments: %v, webhook events: %v, merchants: %v, API keys: %v, merchant events: %v, endpoints: %v): copy into a new, empty database",
+				ErrNotEmpty, attempts, payments, events, merchants, keys, outbox, endpoints)
 		}
 		for name, value := range s.Settings {
 			if _, err := tx.Exec(ctx, `INSERT INTO settings (name, value) VALUES ($1, $2)
@@ -102,15 +103,52 @@ func (db *DB) Import(ctx context.Context, s *payment.Snapshot) error {
 			WHERE NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = r.id)`); err != nil {
 			return err
 		}
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"webhook_events"}, []string{"provider", "event_id", "type", "event", "payment_id",
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"webhook_events"}, []string{"provider", "event_id", "type", "event", "payment_id",
 			"state", "attempts", "fence", "lease_expires_at", "result", "last_error", "received_at", "updated_at"},
 			pgx.CopyFromSlice(len(s.Events), func(i int) ([]any, error) {
 				e := s.Events[i]
 				body, err := json.Marshal(e.Event)
 				return []any{e.Provider, e.ID, e.Type, body, nullString(e.PaymentID), string(e.State), e.Attempts, e.Fence,
 					msOrNull(e.LeaseExpiresAt), nullString(e.Result), nullString(e.LastError), ms(e.ReceivedAt), ms(e.UpdatedAt)}, err
-			}))
-		return err
+			})); err != nil {
+			return err
+		}
+		return importOutbox(ctx, tx, s)
 	})
 	return mapErr(err)
+}
+
+// importOutbox copies the merchants' events, then their endpoints, then
+// the deliveries as they stood: in that order, so the trigger that makes
+// an event's deliveries finds no endpoint yet and makes none of its own.
+func importOutbox(ctx context.Context, tx pgx.Tx, s *payment.Snapshot) error {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, []string{"scope", "type", "id", "object_id", "created_at", "body"},
+		pgx.CopyFromSlice(len(s.Outbox), func(i int) ([]any, error) {
+			e := s.Outbox[i]
+			return []any{e.Scope, string(e.Type), e.ID, e.ObjectID, ms(e.CreatedAt), e.Body}, nil
+		})); err != nil {
+		return err
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"endpoints"}, []string{"id", "scope", "url", "types", "secret", "previous_secret",
+		"previous_until", "created_at", "failing_since", "disabled_at", "disabled_reason"},
+		pgx.CopyFromSlice(len(s.Endpoints), func(i int) ([]any, error) {
+			e := s.Endpoints[i]
+			return []any{e.ID, e.Scope, e.URL, joinTypes(e.Types), e.Secret, nullString(e.PreviousSecret), msOrNull(e.PreviousUntil),
+				ms(e.CreatedAt), msOrNull(e.FailingSince), msOrNull(e.DisabledAt), nullString(e.DisabledReason)}, nil
+		})); err != nil {
+		return err
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"deliveries"}, []string{"event_id", "endpoint_id", "scope", "event_type", "state", "fence",
+		"lease_expires_at", "tries", "next_at", "last_status", "last_error", "created_at", "updated_at"},
+		pgx.CopyFromSlice(len(s.Deliveries), func(i int) ([]any, error) {
+			d := s.Deliveries[i]
+			var status *int32
+			if d.LastStatus != 0 {
+				v := int32(d.LastStatus)
+				status = &v
+			}
+			return []any{d.EventID, d.EndpointID, d.Scope, string(d.EventType), string(d.State), d.Fence, msOrNull(d.LeaseExpiresAt),
+				d.Tries, ms(d.NextAt), status, nullString(d.LastError), ms(d.CreatedAt), ms(d.UpdatedAt)}, nil
+		}))
+	return err
 }

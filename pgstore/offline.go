@@ -113,11 +113,13 @@ func (db *DB) Queue(ctx context.Context, scope, key string, fence int64, o payme
 			o.ResponseStatus, o.ResponseBody, ms(now), scope, key, fence); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO forward_queue
+		if _, err := tx.Exec(ctx, `INSERT INTO forward_queue
 			(payment_id, scope, idempotency_key, amount, currency, fence, tries, reached, queued_at, expires_at)
 			VALUES ($1, $2, $3, $4, $5, 1, 0, $6, $7, $8)`,
-			id, scope, key, amount, currency, reached, ms(now), expires)
-		return err
+			id, scope, key, amount, currency, reached, ms(now), expires); err != nil {
+			return err
+		}
+		return insertEvent(ctx, tx, o.Event)
 	})
 	return v, mapErr(err)
 }
@@ -170,7 +172,8 @@ func (db *DB) ReleaseForward(ctx context.Context, paymentID string, fence int64,
 }
 
 // Forwarded settles a queued payment under fence: out of the queue, and
-// its attempt and payment final, in one statement.
+// its attempt and payment final, in one statement, and its event, in one
+// transaction.
 func (db *DB) Forwarded(ctx context.Context, paymentID string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
 	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `WITH q AS (DELETE FROM forward_queue WHERE payment_id = $1 AND fence = $2 RETURNING payment_id),
@@ -181,6 +184,9 @@ func (db *DB) Forwarded(ctx context.Context, paymentID string, fence int64, o pa
 			paymentID, fence, string(o.Status), nullString(o.ChargeID), nullString(o.FailureCode), ms(now))
 		if err != nil || tag.RowsAffected() == 0 {
 			return err // fenced out
+		}
+		if err := insertEvent(ctx, tx, o.Event); err != nil {
+			return err
 		}
 		ok = true
 		crashpoint.Hit("in-forwarded") // written, not yet committed

@@ -286,3 +286,71 @@ CREATE INDEX IF NOT EXISTS forward_queue_scope_currency ON forward_queue (scope,
 
 -- GET /v1/payments, as in schema.sql.
 CREATE INDEX IF NOT EXISTS payments_scope_id ON payments (scope, id);
+
+-- The outbox, as in schema.sql: a row per state change of a payment or
+-- refund, inserted by the statement or transaction that makes the change;
+-- its one index the primary key, whose walks (one a type) list a merchant's
+-- events.
+CREATE TABLE IF NOT EXISTS events (
+    scope      TEXT COLLATE "C" NOT NULL,
+    type       TEXT COLLATE "C" NOT NULL,
+    id         TEXT COLLATE "C" NOT NULL,  -- evt_..., time-ordered
+    object_id  TEXT COLLATE "C" NOT NULL,  -- the payment or refund
+    created_at BIGINT  NOT NULL,
+    body       BYTEA   NOT NULL,           -- the event's JSON
+    PRIMARY KEY (scope, type, id)
+);
+
+-- Endpoints and their deliveries, as in schema.sql.
+CREATE TABLE IF NOT EXISTS endpoints (
+    id              TEXT COLLATE "C" PRIMARY KEY,  -- we_...
+    scope           TEXT COLLATE "C" NOT NULL REFERENCES merchants (id),
+    url             TEXT    NOT NULL,
+    types           TEXT    NOT NULL,
+    secret          TEXT    NOT NULL,
+    previous_secret TEXT,
+    previous_until  BIGINT,
+    created_at      BIGINT  NOT NULL,
+    failing_since   BIGINT,
+    disabled_at     BIGINT,
+    disabled_reason TEXT
+);
+CREATE INDEX IF NOT EXISTS endpoints_scope ON endpoints (scope);
+
+CREATE TABLE IF NOT EXISTS deliveries (
+    event_id         TEXT COLLATE "C" NOT NULL,
+    endpoint_id      TEXT COLLATE "C" NOT NULL REFERENCES endpoints (id),
+    scope            TEXT COLLATE "C" NOT NULL,
+    event_type       TEXT COLLATE "C" NOT NULL,
+    state            TEXT    NOT NULL CHECK (state IN ('pending', 'delivered', 'failed')),
+    fence            BIGINT  NOT NULL,
+    lease_expires_at BIGINT,
+    tries            INTEGER NOT NULL,
+    next_at          BIGINT  NOT NULL,
+    last_status      INTEGER,
+    last_error       TEXT,
+    created_at       BIGINT  NOT NULL,
+    updated_at       BIGINT  NOT NULL,
+    PRIMARY KEY (event_id, endpoint_id)
+);
+CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_at);
+CREATE INDEX IF NOT EXISTS deliveries_endpoint ON deliveries (endpoint_id, event_id);
+
+-- An event's deliveries are made with it, whatever writes it. Created
+-- once, as payment_attempts_expire is.
+CREATE OR REPLACE FUNCTION events_deliver() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO deliveries (event_id, endpoint_id, scope, event_type, state, fence, tries, next_at, created_at, updated_at)
+        SELECT NEW.id, e.id, NEW.scope, NEW.type, 'pending', 0, 0, NEW.created_at, NEW.created_at, NEW.created_at
+        FROM endpoints e
+        WHERE e.scope = NEW.scope AND e.disabled_at IS NULL
+          AND (e.types = '' OR position(',' || NEW.type || ',' IN ',' || e.types || ',') > 0);
+    RETURN NULL;
+END $$;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'events_deliver') THEN
+        CREATE TRIGGER events_deliver AFTER INSERT ON events
+            FOR EACH ROW EXECUTE FUNCTION events_deliver();
+    END IF;
+END $$;

@@ -29,6 +29,9 @@ type Admin struct {
 	Queue     payment.QueueStore
 	Forwarder *payment.Forwarder
 	Link      func() string
+	// Endpoints, if set, serves the endpoints' page and each endpoint's
+	// deliveries.
+	Endpoints payment.EndpointStore
 	// Token is the admin credential. Empty keeps the admin surface closed,
 	// unless Open.
 	Token string
@@ -40,10 +43,12 @@ type Admin struct {
 const adminPageSize = 50
 
 var adminTemplates = map[string]*template.Template{
-	"attempts": template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempts.html")),
-	"attempt":  template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempt.html")),
-	"events":   template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/events.html")),
-	"queue":    template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/queue.html")),
+	"attempts":  template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempts.html")),
+	"attempt":   template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/attempt.html")),
+	"events":    template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/events.html")),
+	"queue":     template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/queue.html")),
+	"endpoints": template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/endpoints.html")),
+	"endpoint":  template.Must(template.ParseFS(web.Assets, "templates/layout.html", "templates/endpoint.html")),
 }
 
 // adminAuth lets through only requests with the admin credential, as HTTP
@@ -184,15 +189,21 @@ func statusAndLimit(q url.Values, def, most int) (payment.Status, int, error) {
 	default:
 		return st, 0, payment.Invalidf("status", "status must be in_progress, succeeded, failed, queued or expired.")
 	}
+	n, err := listLimit(q, def, most)
+	return st, n, err
+}
+
+// listLimit reads a list's page size: def if none is given, at most most.
+func listLimit(q url.Values, def, most int) (int, error) {
 	v := q.Get("limit")
 	if v == "" {
-		return st, def, nil
+		return def, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > most {
-		return st, 0, payment.Invalidf("limit", "limit must be an integer from 1 to %d.", most)
+		return 0, payment.Invalidf("limit", "limit must be an integer from 1 to %d.", most)
 	}
-	return st, n, nil
+	return n, nil
 }
 
 // listParams reads the filter of the list, the page's and the JSON's.

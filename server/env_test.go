@@ -74,8 +74,10 @@ func newEnv(t testing.TB, o envOptions) *env {
 	oe.Reconciler.Observe = m.Reconciled
 	m.Offline(oe.DB.QueueTotals, nil, oe.Service.Now)
 	oe.Service.ObserveQueue, oe.Forwarder.Observe = m.Queued, m.Forwarded
+	m.Deliveries(oe.DB.DeliveryBacklog, oe.Service.Now)
 	cfg := server.Config{Payments: oe.Service, Sim: oe.Sim.Handler(), Log: oe.Log, Metrics: m.Handler(), CountRequest: m.Request,
-		Admin: server.Admin{Store: oe.DB, Reconciler: oe.Reconciler, Queue: oe.DB, Forwarder: oe.Forwarder, Token: o.adminToken, Open: !o.auth}}
+		Admin: server.Admin{Store: oe.DB, Reconciler: oe.Reconciler, Queue: oe.DB, Forwarder: oe.Forwarder, Endpoints: oe.DB,
+			Token: o.adminToken, Open: !o.auth}}
 	inbox := payment.NewInbox(oe.DB, oe.Service, "sim", oe.Service.Lease)
 	inbox.Observe, inbox.Refused = m.WebhookEvent, m.WebhookRefused
 	cfg.Inbox, cfg.CountWebhook = inbox, m.WebhookEvent

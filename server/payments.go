@@ -6,6 +6,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/gorilla/mux"
@@ -219,20 +220,52 @@ func (s *server) handleListPayments(w http.ResponseWriter, r *http.Request) {
 // paymentFilter reads GET /v1/payments' query.
 func paymentFilter(r *http.Request) (payment.PaymentFilter, error) {
 	q := r.URL.Query()
-	f := payment.PaymentFilter{Scope: scopeOf(r), StartingAfter: q.Get("starting_after"), EndingBefore: q.Get("ending_before")}
+	f := payment.PaymentFilter{Scope: scopeOf(r)}
 	var err error
 	if f.Status, f.Limit, err = statusAndLimit(q, payment.DefaultListLimit, payment.MaxListLimit); err != nil {
 		return f, err
 	}
-	if f.StartingAfter != "" && f.EndingBefore != "" {
-		return f, payment.Invalidf("starting_after", "Give starting_after or ending_before, not both.")
+	f.StartingAfter, f.EndingBefore, err = pageEdge(q, "a payment id")
+	return f, err
+}
+
+// pageEdge reads the id a list's page starts after or ends before, of
+// which a request gives one at most: what, such as "a payment id".
+func pageEdge(q url.Values, what string) (startingAfter, endingBefore string, err error) {
+	startingAfter, endingBefore = q.Get("starting_after"), q.Get("ending_before")
+	if startingAfter != "" && endingBefore != "" {
+		return "", "", payment.Invalidf("starting_after", "Give starting_after or ending_before, not both.")
 	}
-	for param, id := range map[string]string{"starting_after": f.StartingAfter, "ending_before": f.EndingBefore} {
+	for param, id := range map[string]string{"starting_after": startingAfter, "ending_before": endingBefore} {
 		if len(id) > 64 || !payment.ValidKey(id) && id != "" {
-			return f, payment.Invalidf(param, "%s must be a payment id.", param)
+			return "", "", payment.Invalidf(param, "%s must be %s.", param, what)
 		}
 	}
-	return f, nil
+	return startingAfter, endingBefore, nil
+}
+
+// handleListEvents is GET /v1/events: the caller's events, newest first,
+// in Stripe's list shape, a page at a time by id, of one type or all.
+func (s *server) handleListEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := payment.OutboxFilter{Scope: scopeOf(r), Type: payment.EventType(q.Get("type"))}
+	var err error
+	if f.Limit, err = listLimit(q, payment.DefaultListLimit, payment.MaxListLimit); err == nil {
+		f.StartingAfter, f.EndingBefore, err = pageEdge(q, "an event id")
+	}
+	if err == nil && f.Type != "" && !payment.ValidEventType(f.Type) {
+		err = payment.Invalidf("type", "type must be one of %s.", payment.EventTypeNames())
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	list, err := s.Payments.ListEvents(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
 }
 
 // handleListRefunds is GET /v1/payments/{id}/refunds, oldest first.

@@ -26,6 +26,7 @@ func (s *server) routes() http.Handler {
 	r.Handle("/v1/payments/{id}", s.authenticate(http.HandlerFunc(s.handleGetPayment))).Methods(http.MethodGet)
 	r.Handle("/v1/payments/{id}/refunds", s.authenticate(http.HandlerFunc(s.handleCreateRefund))).Methods(http.MethodPost)
 	r.Handle("/v1/payments/{id}/refunds", s.authenticate(http.HandlerFunc(s.handleListRefunds))).Methods(http.MethodGet)
+	r.Handle("/v1/events", s.authenticate(http.HandlerFunc(s.handleListEvents))).Methods(http.MethodGet)
 	// The provider signs its events; no API key is asked for.
 	r.HandleFunc("/v1/webhooks/{provider}", s.handleWebhook).Methods(http.MethodPost)
 
@@ -66,6 +67,10 @@ func (s *server) adminRoutes(r *mux.Router) {
 	if s.Admin.Forwarder != nil {
 		r.Handle("/admin/queue", page(http.HandlerFunc(s.handleAdminQueue))).Methods(http.MethodGet)
 		r.Handle("/admin/forward", form(s.handleAdminForward)).Methods(http.MethodPost)
+	}
+	if s.Admin.Endpoints != nil {
+		r.Handle("/admin/endpoints", page(http.HandlerFunc(s.handleAdminEndpoints))).Methods(http.MethodGet)
+		r.Handle("/admin/endpoints/{id}", page(http.HandlerFunc(s.handleAdminEndpoint))).Methods(http.MethodGet)
 	}
 	r.Handle("/admin/events/{provider}/{id}/redeliver", form(s.handleAdminRedeliver)).Methods(http.MethodPost)
 	r.PathPrefix("/admin/static/").Handler(page(http.StripPrefix("/admin", fallback.Static(web.Assets, http.HandlerFunc(s.handleNotFound))))).

@@ -11,8 +11,12 @@ import (
 	"github.com/oncepay/oncepay/web"
 )
 
-// noAdminStore stands in for the admin store: walking routes calls no handler.
-type noAdminStore struct{ payment.AdminStore }
+// noAdminStore and noEndpointStore stand in for the admin's stores:
+// walking routes calls no handler.
+type (
+	noAdminStore    struct{ payment.AdminStore }
+	noEndpointStore struct{ payment.EndpointStore }
+)
 
 // Every route the router serves is in the OpenAPI document, and the document
 // lists no route the router lacks: the spec cannot drift from routes.go.
@@ -30,8 +34,8 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 
 	// Every optional part set, so the routes served only with the simulated
 	// provider, the admin surface, the metrics or the demo are walked too.
-	cfg := Config{Sim: http.NotFoundHandler(), Admin: Admin{Store: noAdminStore{}, Forwarder: &payment.Forwarder{}}, Metrics: http.NotFoundHandler(),
-		Workshop: http.NotFoundHandler()}
+	cfg := Config{Sim: http.NotFoundHandler(), Admin: Admin{Store: noAdminStore{}, Forwarder: &payment.Forwarder{}, Endpoints: noEndpointStore{}},
+		Metrics: http.NotFoundHandler(), Workshop: http.NotFoundHandler()}
 	router, ok := (&server{Config: cfg}).routes().(*mux.Router)
 	if !ok {
 		t.Fatal("routes() is not a *mux.Router")

@@ -58,35 +58,52 @@ func (db *DB) TakeOver(ctx context.Context, scope, key string, fence int64, now,
 
 // Record stores the final outcome, guarded by the owner's fence: a late
 // owner cannot overwrite what a takeover or reconcile wrote. A payment's
-// record is one statement, whose trigger settles the payment row; a
-// refund's settles the refund and its payment's reservation.
+// record is one statement, whose trigger settles the payment row, and the
+// insert of its event; a refund's settles the refund and its payment's
+// reservation too. Each is one write, so one transaction.
 func (db *DB) Record(ctx context.Context, kind payment.Kind, scope, key string, fence int64, o payment.Outcome, now time.Time) (ok bool, err error) {
 	args := []any{o.Status, o.ResponseStatus, o.ResponseBody, nullString(o.ChargeID), nullString(o.FailureCode), ms(now), scope, key, fence}
 	switch kind {
 	case payment.KindPayment:
-		n, err := db.exec(ctx, db.stmt.recordPayment, func(n int64) {
-			if n == 1 {
-				crashpoint.Hit("in-record") // written, not yet committed
-			}
-		}, args...)
-		return n == 1 && err == nil, err
+		if o.Event == nil {
+			n, err := db.exec(ctx, db.stmt.recordPayment, func(n int64) {
+				if n == 1 {
+					crashpoint.Hit("in-record") // written, not yet committed
+				}
+			}, args...)
+			return n == 1 && err == nil, err
+		}
 	case payment.KindRefund:
 	default:
 		return false, fmt.Errorf("record %q: unknown kind %q", key, kind)
 	}
 	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		var (
-			id, paymentID string
-			amount        int64
-		)
-		err := tx.StmtContext(ctx, db.stmt.recordRefund).QueryRowContext(ctx, args...).Scan(&id, &paymentID, &amount)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil // fenced out
+		ok = false
+		if kind == payment.KindPayment {
+			res, err := tx.StmtContext(ctx, db.stmt.recordPayment).ExecContext(ctx, args...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				return err // fenced out
+			}
+		} else {
+			var (
+				id, paymentID string
+				amount        int64
+			)
+			err := tx.StmtContext(ctx, db.stmt.recordRefund).QueryRowContext(ctx, args...).Scan(&id, &paymentID, &amount)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil // fenced out
+			}
+			if err != nil {
+				return err
+			}
+			if err := settleRefund(ctx, tx, id, paymentID, amount, o, now); err != nil {
+				return err
+			}
 		}
-		if err != nil {
-			return err
-		}
-		if err := settleRefund(ctx, tx, id, paymentID, amount, o, now); err != nil {
+		if err := db.insertEvent(ctx, tx, o.Event); err != nil {
 			return err
 		}
 		ok = true

@@ -329,6 +329,33 @@ func (db *DB) Export(ctx context.Context) (*payment.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	rows, err = tx.QueryContext(ctx, `SELECT `+outboxColumns+` FROM events ORDER BY rowid`)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if s.Outbox, err = scanRows(rows, scanOutboxEvent); err != nil {
+		return nil, err
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT `+endpointColumns+` FROM endpoints e ORDER BY e.created_at, e.id`)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if s.Endpoints, err = scanRows(rows, func(row scanner) (*payment.Endpoint, error) {
+		var e payment.Endpoint
+		return &e, scanEndpoint(row, &e)
+	}); err != nil {
+		return nil, err
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries d ORDER BY d.created_at, d.event_id, d.endpoint_id`)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if s.Deliveries, err = scanRows(rows, func(row scanner) (*payment.OutboxDelivery, error) {
+		var d payment.OutboxDelivery
+		return &d, scanDelivery(row, &d)
+	}); err != nil {
+		return nil, err
+	}
 	rows, err = tx.QueryContext(ctx, `SELECT name, value FROM settings`)
 	if err != nil {
 		return nil, mapErr(err)

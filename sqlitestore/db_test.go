@@ -690,3 +690,44 @@ func TestMarkRestored(t *testing.T) {
 		t.Errorf("Restored after ClearRestored = %q, %v, want none", note, err)
 	}
 }
+
+// A merchant's events are listed by walks of the outbox's primary key,
+// one a type, never a scan or a sort of the merchant's events.
+func TestOutboxListWalksThePrimaryKey(t *testing.T) {
+	db := MustOpen(t, Options{})
+	for _, f := range []payment.OutboxFilter{
+		{Scope: "s", Limit: 10},
+		{Scope: "s", Limit: 10, StartingAfter: "evt_1"},
+		{Scope: "s", Limit: 10, EndingBefore: "evt_1", Type: payment.EventPaymentFailed},
+	} {
+		q, args := outboxQuery(f)
+		rows, err := db.r.Query(`EXPLAIN QUERY PLAN `+q, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(detail, " events") {
+				plan = append(plan, detail)
+			}
+		}
+		rows.Close()
+		want := len(payment.EventTypes)
+		if f.Type != "" {
+			want = 1
+		}
+		if len(plan) != want {
+			t.Errorf("%+v: plan %q, want %d searches of events", f, plan, want)
+		}
+		for _, step := range plan {
+			if !strings.HasPrefix(step, "SEARCH events USING INDEX sqlite_autoindex_events_1 (scope=? AND type=?") {
+				t.Errorf("%+v: plan step %q, want a search of the primary key", f, step)
+			}
+		}
+	}
+}

@@ -113,11 +113,13 @@ func (db *DB) Queue(ctx context.Context, scope, key string, fence int64, o payme
 			o.ResponseStatus, o.ResponseBody, ms(now), scope, key, fence); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO forward_queue
+		if _, err := tx.ExecContext(ctx, `INSERT INTO forward_queue
 			(payment_id, scope, idempotency_key, amount, currency, fence, tries, reached, queued_at, expires_at)
 			VALUES (?, ?, ?, ?, ?, 1, 0, ?, ?, ?)`,
-			id, scope, key, amount, currency, reached, ms(now), expires)
-		return err
+			id, scope, key, amount, currency, reached, ms(now), expires); err != nil {
+			return err
+		}
+		return db.insertEvent(ctx, tx, o.Event)
 	})
 	return v, err
 }
@@ -188,6 +190,9 @@ func (db *DB) Forwarded(ctx context.Context, paymentID string, fence int64, o pa
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE payments SET status = ?, charge_id = ?, failure_code = ?, updated_at = ?
 			WHERE id = ? AND status = 'queued'`, args...); err != nil {
+			return err
+		}
+		if err := db.insertEvent(ctx, tx, o.Event); err != nil {
 			return err
 		}
 		ok = true

@@ -52,6 +52,10 @@ const (
 		(id, scope, key_hash, amount, currency, status, details, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
+	// insertEventSQL puts a change's event in the outbox, in the change's
+	// own transaction (outbox.go).
+	insertEventSQL = `INSERT INTO events (scope, type, id, object_id, created_at, body) VALUES (?, ?, ?, ?, ?, ?)`
+
 	// authenticateSQL finds a key the view of the live keys does not hold.
 	authenticateSQL = `SELECT merchant_id FROM api_keys WHERE secret_hash = ? AND revoked_at IS NULL`
 )
@@ -61,6 +65,7 @@ const (
 type statements struct {
 	claim, takeOver, recordPayment, recordRefund, release *sql.Stmt // writer
 	expiredKey, createPayment                             *sql.Stmt // writer, in a claim's write
+	insertEvent                                           *sql.Stmt // writer, in a change's write
 	attempt, answer, authenticate                         *sql.Stmt // readers
 }
 
@@ -78,6 +83,7 @@ func prepare(ctx context.Context, w, r *sql.DB) (statements, error) {
 		{w, releaseSQL, &s.release},
 		{w, expiredKeySQL, &s.expiredKey},
 		{w, createPaymentSQL, &s.createPayment},
+		{w, insertEventSQL, &s.insertEvent},
 		{r, attemptSQL, &s.attempt},
 		{r, answerSQL, &s.answer},
 		{r, authenticateSQL, &s.authenticate},

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,6 +50,7 @@ func benchWrites(b *testing.B, unit string, write func(db *DB, a *payment.Attemp
 		b.Run(wp.name, func(b *testing.B) {
 			db := MustOpen(b, wp.opts)
 			commits0, writes0 := db.WriteStats()
+			cpu0 := cpuTime(b)
 			b.SetParallelism(benchParallelism)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -59,8 +62,20 @@ func benchWrites(b *testing.B, unit string, write func(db *DB, a *payment.Attemp
 			})
 			reportBatch(b, db, commits0, writes0)
 			reportRate(b, unit)
+			// CPU per write: what a loaded machine, which slows the wall
+			// clock of every write path alike, changes least.
+			b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkClaim is the claim of a new payment: one INSERT OR IGNORE through
@@ -75,15 +90,77 @@ func BenchmarkClaim(b *testing.B) {
 }
 
 // BenchmarkClaimRecord is a new payment's writes through the store: the claim
-// and the record of its 201, the SQL ceiling of the HTTP path.
-func BenchmarkClaimRecord(b *testing.B) { benchWrites(b, "payments/s", claimRecord) }
+// and the record of its 201 with its event, the SQL ceiling of the HTTP
+// path. "no-event" records no event, as before the outbox: one run shows
+// what the event costs a new payment.
+func BenchmarkClaimRecord(b *testing.B) {
+	b.Run("event", func(b *testing.B) { benchWrites(b, "payments/s", claimRecord) })
+	b.Run("no-event", func(b *testing.B) {
+		benchWrites(b, "payments/s", func(db *DB, a *payment.Attempt) error { return claimRecordEvent(db, a, false) })
+	})
+}
 
-func claimRecord(db *DB, a *payment.Attempt) error {
+func claimRecord(db *DB, a *payment.Attempt) error { return claimRecordEvent(db, a, true) }
+
+// BenchmarkEventCost is what the outbox costs a new payment, measured on a
+// loaded machine as fairly as it can be: payments with their event and
+// without it, on one store, in alternating rounds (which goes first
+// alternates too), so that whatever else the machine does slows both
+// alike. It reports each one's rate and CPU per payment, and the ratios.
+func BenchmarkEventCost(b *testing.B) {
+	const round = 512
+	db := MustOpen(b, Options{})
+	var wall, cpu [2]time.Duration // [without, with]
+	var n [2]int
+	run := func(event bool, count int) {
+		i := 0
+		if event {
+			i = 1
+		}
+		var next atomic.Int64
+		start, cpu0 := time.Now(), cpuTime(b)
+		var wg sync.WaitGroup
+		for range 2 * benchParallelism {
+			wg.Go(func() {
+				for next.Add(1) <= int64(count) {
+					if err := claimRecordEvent(db, newAttempt(nextKey(), time.Now(), time.Minute), event); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		wall[i] += time.Since(start)
+		cpu[i] += cpuTime(b) - cpu0
+		n[i] += count
+	}
+	for done, r := 0, 0; done < b.N; done, r = done+round, r+1 {
+		count := min(round, b.N-done)
+		first := r%2 == 0
+		run(first, count)
+		run(!first, count)
+	}
+	rate := func(i int) float64 { return float64(n[i]) / wall[i].Seconds() }
+	perOp := func(i int) float64 { return float64(cpu[i].Microseconds()) / float64(n[i]) }
+	b.ReportMetric(rate(0), "no-event-payments/s")
+	b.ReportMetric(rate(1), "event-payments/s")
+	b.ReportMetric(rate(1)/rate(0), "rate-ratio")
+	b.ReportMetric(perOp(0), "no-event-cpu-µs/op")
+	b.ReportMetric(perOp(1), "event-cpu-µs/op")
+	b.ReportMetric(perOp(1)/perOp(0), "cpu-ratio")
+}
+
+// claimRecordEvent claims a and records its 201, with its event or not.
+func claimRecordEvent(db *DB, a *payment.Attempt, event bool) error {
 	ctx := context.Background()
 	if ok, err := db.Claim(ctx, a); !ok || err != nil {
 		return fmt.Errorf("Claim = %v, %v", ok, err)
 	}
 	o := payment.SucceededOutcome(*a, payment.Charge{ID: "ch_" + a.Key})
+	if event {
+		o.Event = payment.ChangeEvent(*a, o, time.Now())
+	}
 	if ok, err := db.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence, o, time.Now()); !ok || err != nil {
 		return fmt.Errorf("Record = %v, %v", ok, err)
 	}

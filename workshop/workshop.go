@@ -134,6 +134,7 @@ func (h *Handler) handleNaivePay(w http.ResponseWriter, r *http.Request) {
 	a := payment.NewAttempt(naiveScope, key, req, now, 0)
 	a.Provider = h.Service.ProviderName
 	o := payment.SucceededOutcome(a, c)
+	o.Event = payment.ChangeEvent(a, o, now)
 	// Then the write, whose result is ignored: a racing request may have won.
 	if _, err := h.Service.Store.Claim(ctx, &a); err == nil {
 		h.Service.Store.Record(ctx, a.Kind, naiveScope, key, 1, o, now)

@@ -88,6 +88,13 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"ForwardClaims", testForwardClaims},
 		{"PurgeKeepsQueued", testPurgeKeepsQueued},
 		{"InboxFailedEventBegunAgain", testInboxFailedEventBegunAgain},
+		{"OutboxEventPerChange", testOutboxEventPerChange},
+		{"OutboxBothOrNeither", testOutboxBothOrNeither},
+		{"OutboxList", testOutboxList},
+		{"OutboxPurge", testOutboxPurge},
+		{"EndpointsAndFanOut", testEndpointsAndFanOut},
+		{"DeliveryClaims", testDeliveryClaims},
+		{"DeliveryBacklogAndPurge", testDeliveryBacklogAndPurge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,154 @@
+package payment
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EventType names the change an OutboxEvent reports, as Stripe names its
+// event types.
+type EventType string
+
+// The changes oncepay tells a merchant of: every state change of a payment
+// or a refund has exactly one.
+const (
+	EventPaymentSucceeded EventType = "payment.succeeded"
+	EventPaymentFailed    EventType = "payment.failed" // declined, or reconciled as never charged
+	EventPaymentQueued    EventType = "payment.queued" // taken while the provider could not be reached
+	EventPaymentExpired   EventType = "payment.expired"
+	EventRefundSucceeded  EventType = "refund.succeeded"
+	EventRefundFailed     EventType = "refund.failed"
+)
+
+// EventTypes are every EventType, in the order the docs list them.
+var EventTypes = []EventType{
+	EventPaymentSucceeded, EventPaymentFailed, EventPaymentQueued, EventPaymentExpired,
+	EventRefundSucceeded, EventRefundFailed,
+}
+
+// ValidEventType reports whether t is one of EventTypes.
+func ValidEventType(t EventType) bool {
+	for _, v := range EventTypes {
+		if t == v {
+			return true
+		}
+	}
+	return false
+}
+
+// OutboxEvent is an event oncepay tells a merchant: one state change of a
+// payment or a refund, with one id forever, written in the transaction
+// that makes the change (the outbox), so the change is never without its
+// event nor the event without its change. The merchant dedupes by its id.
+type OutboxEvent struct {
+	ID        string // evt_..., time-ordered
+	Scope     string // the merchant
+	Type      EventType
+	ObjectID  string // the payment or refund it is about
+	CreatedAt time.Time
+	// Body is the event as GET /v1/events and every delivery show it, in
+	// Stripe's shape: id, object "event", type, created (Unix seconds), and
+	// data.object, the payment or refund as GET showed it at that moment.
+	Body []byte
+}
+
+// ChangeEvent is the event of the change o records on attempt a at now:
+// its payment, or its refund, as GET shows it once o is recorded. A
+// payment's view has no refunds: a payment is refunded only once it
+// succeeded, and then no longer changes state.
+func ChangeEvent(a Attempt, o Outcome, now time.Time) *OutboxEvent {
+	e := &OutboxEvent{ID: NewEventID(), Scope: a.Scope, ObjectID: a.ID, CreatedAt: now.UTC().Truncate(time.Millisecond)}
+	if a.Kind == KindRefund {
+		e.Type = EventRefundFailed
+		if o.Status == Succeeded {
+			e.Type = EventRefundSucceeded
+		}
+	} else if e.Type = paymentEventTypes[o.Status]; e.Type == "" {
+		panic("payment: no event for a change to " + string(o.Status)) // only final statuses and queued are recorded
+	}
+	object := o.view // the answer's own JSON, when it is the view
+	if object == nil {
+		a.Status, a.ChargeID, a.FailureCode = o.Status, o.ChargeID, o.FailureCode
+		if a.Kind == KindRefund {
+			object = a.RefundView().Body()
+		} else {
+			object = a.View().Body()
+		}
+	}
+	// Stripe's shape, written out: only the view needs encoding/json (the
+	// id and the type are ASCII letters, digits, "_" and ".").
+	b := make([]byte, 0, len(object)+128)
+	b = append(b, `{"id":"`...)
+	b = append(b, e.ID...)
+	b = append(b, `","object":"event","type":"`...)
+	b = append(b, e.Type...)
+	b = append(b, `","created":`...)
+	b = strconv.AppendInt(b, e.CreatedAt.Unix(), 10)
+	b = append(b, `,"data":{"object":`...)
+	b = append(b, bytes.TrimSuffix(object, []byte("\n"))...)
+	e.Body = append(b, "}}"...)
+	return e
+}
+
+// paymentEventTypes is the event of a payment's change to each status.
+var paymentEventTypes = map[Status]EventType{
+	Succeeded: EventPaymentSucceeded, Failed: EventPaymentFailed,
+	Queued: EventPaymentQueued, Expired: EventPaymentExpired,
+}
+
+// withEvent is o carrying the event of its change on a, which the store
+// writes in the transaction that records o.
+func (s *Service) withEvent(a Attempt, o Outcome) Outcome {
+	o.Event = ChangeEvent(a, o, s.Now())
+	return o
+}
+
+// NewEventID returns a fresh event id, time-ordered like a payment's: the
+// time in microseconds, then 80 random bits.
+func NewEventID() string {
+	return "evt_" + strings.ToUpper(strconv.FormatInt(time.Now().UnixMicro(), 36)) + rand.Text()[:16]
+}
+
+// OutboxFilter selects a merchant's events, a page at a time by id, never
+// by offset: newest first, StartingAfter the page after an id,
+// EndingBefore the page before one.
+type OutboxFilter struct {
+	Scope         string
+	Type          EventType // "" for all
+	StartingAfter string
+	EndingBefore  string
+	Limit         int
+}
+
+// OutboxStore keeps the events oncepay tells merchants. They are written
+// by the store methods that make the changes (Record, Queue, Forwarded:
+// Outcome.Event), never on their own.
+type OutboxStore interface {
+	// OutboxEvents returns up to f.Limit+1 events of f.Scope, newest
+	// first: the one past the limit tells the caller there are more.
+	OutboxEvents(ctx context.Context, f OutboxFilter) ([]OutboxEvent, error)
+	// PurgeOutbox deletes up to limit events made before before, oldest
+	// first, with their deliveries, and returns how many; never one whose
+	// delivery is still pending.
+	PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, error)
+}
+
+// ListEvents returns a page of f.Scope's events, newest first, each as
+// its body: what GET /v1/events and a delivery show alike.
+func (s *Service) ListEvents(ctx context.Context, f OutboxFilter) (List[json.RawMessage], error) {
+	list := List[json.RawMessage]{Object: "list", Data: []json.RawMessage{}, URL: "/v1/events"}
+	es, err := s.Store.OutboxEvents(ctx, f)
+	if err != nil {
+		return list, err
+	}
+	es, list.HasMore = page(es, f.Limit, f.EndingBefore != "")
+	for _, e := range es {
+		list.Data = append(list.Data, e.Body)
+	}
+	return list, nil
+}

@@ -1,0 +1,110 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oncepay/oncepay/payment"
+)
+
+var _ payment.OutboxStore = (*DB)(nil)
+
+// insertEvent writes e, a change's event, in tx, the change's own
+// transaction; nil writes nothing.
+func (db *DB) insertEvent(ctx context.Context, tx *sql.Tx, e *payment.OutboxEvent) error {
+	if e == nil {
+		return nil
+	}
+	_, err := tx.StmtContext(ctx, db.stmt.insertEvent).ExecContext(ctx,
+		e.Scope, string(e.Type), e.ID, e.ObjectID, ms(e.CreatedAt), e.Body)
+	return err
+}
+
+const outboxColumns = `scope, type, id, object_id, created_at, body`
+
+func scanOutboxEvent(row scanner) (*payment.OutboxEvent, error) {
+	var (
+		e       payment.OutboxEvent
+		created int64
+	)
+	err := row.Scan(&e.Scope, &e.Type, &e.ID, &e.ObjectID, &created, &e.Body)
+	e.CreatedAt = time.UnixMilli(created).UTC()
+	return &e, err
+}
+
+// OutboxEvents returns up to f.Limit+1 events of f.Scope, newest first:
+// for one type, a walk of the primary key (scope, type, id) from the page's
+// edge; for all, the merge of each type's walk, so no page reads more than
+// a page of each type, however many events the merchant has.
+func (db *DB) OutboxEvents(ctx context.Context, f payment.OutboxFilter) ([]payment.OutboxEvent, error) {
+	q, args := outboxQuery(f)
+	es, err := queryAll(ctx, db.r, scanOutboxEvent, q, args...)
+	if f.EndingBefore != "" {
+		slices.Reverse(es)
+	}
+	return es, err
+}
+
+// outboxQuery is the query of OutboxEvents and its arguments.
+func outboxQuery(f payment.OutboxFilter) (string, []any) {
+	types := payment.EventTypes
+	if f.Type != "" {
+		types = []payment.EventType{f.Type}
+	}
+	edge, order, after := "", ` ORDER BY id DESC`, ""
+	switch {
+	case f.StartingAfter != "":
+		edge, after = ` AND id < ?`, f.StartingAfter
+	case f.EndingBefore != "":
+		edge, after, order = ` AND id > ?`, f.EndingBefore, ` ORDER BY id`
+	}
+	var (
+		parts []string
+		args  []any
+	)
+	for _, t := range types {
+		parts = append(parts, `SELECT * FROM (SELECT `+outboxColumns+` FROM events WHERE scope = ? AND type = ?`+edge+order+` LIMIT ?)`)
+		args = append(args, f.Scope, string(t))
+		if edge != "" {
+			args = append(args, after)
+		}
+		args = append(args, f.Limit+1)
+	}
+	return strings.Join(parts, ` UNION ALL `) + order + ` LIMIT ?`, append(args, f.Limit+1)
+}
+
+// PurgeOutbox deletes up to limit events made before before, oldest first,
+// with their deliveries, but none with a delivery still pending: the
+// table's own order is the time's, so a batch reads little more than it
+// deletes.
+func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, error) {
+	var n int64
+	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for _, stmt := range []string{
+			`CREATE TEMP TABLE IF NOT EXISTS purged_events (rid INTEGER PRIMARY KEY, id TEXT NOT NULL)`,
+			`DELETE FROM purged_events`,
+		} {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_events SELECT rowid, id FROM events ev
+			WHERE created_at < ?
+			  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = ev.id AND d.state = 'pending')
+			ORDER BY rowid LIMIT ?`, ms(before), limit); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM deliveries WHERE event_id IN (SELECT id FROM purged_events)`); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE rowid IN (SELECT rid FROM purged_events)`)
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		return err
+	})
+	return int(n), err
+}
