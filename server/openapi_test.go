@@ -213,8 +213,16 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	}()
 
 	other := otherAnswers(t, e, scope, createdID, bearer)
+	ep, err := payment.NewEndpoint(scope, "https://merchant.example/hooks", nil, false, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DB.CreateEndpoint(context.Background(), ep); err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []answerCase{
+		{"admin endpoint", "GET", "/admin/endpoints/" + ep.ID, e.do("GET", "/admin/endpoints/"+ep.ID, nil, "Authorization", "Bearer spec-admin"), 200, ""},
 		{"created", "POST", "/v1/payments", created, 201, ""},
 		{"replayed", "POST", "/v1/payments", replayed, 201, ""},
 		{"invalid request", "POST", "/v1/payments", pay("spec-bad", `{"amount":"1"}`), 400, payment.ProblemInvalidRequest},
