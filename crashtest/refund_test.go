@@ -168,12 +168,16 @@ func makePayments(t *testing.T, c *http.Client, base string, m merchant, prefix 
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			r, err := pay(c, base, m, newIntent(fmt.Sprintf("%s-pay-%d", prefix, i), refundCharge, "tok_visa"))
-			if err != nil || r.status != http.StatusCreated {
-				t.Errorf("pay = %v, %v; want 201", r, err)
+			// Retried as a client would: on a loaded machine a charge can
+			// outlast the tests' 200 ms provider timeout (503), and its
+			// retry then finds it.
+			in := newIntent(fmt.Sprintf("%s-pay-%d", prefix, i), refundCharge, "tok_visa")
+			payUntilFinal(t.Context(), t, c, func() string { return base }, m, in, time.Now().Add(30*time.Second))
+			if in.final == nil || in.final.status != http.StatusCreated {
+				t.Errorf("pay %s = %v; want 201", in.key, in.final)
 				return
 			}
-			ids[i] = r.field("id")
+			ids[i] = in.final.field("id")
 		})
 	}
 	wg.Wait()

@@ -56,7 +56,7 @@
  * | release         | sqlitestore.(*DB).ReleaseForward | SET lease_expires_at = NULL                                                               |
  * | release         | sqlitestore.(*DB).ReleaseForward | WHERE payment_id = ? AND fence = ?                                                        |
  * | release         | pgstore.(*DB).ReleaseForward     | WHERE payment_id = $2 AND fence = $3                                                      |
- * | settle          | payment.(*Forwarder).forward     | s.Store.Forwarded(ctx, q.PaymentID, fence, o, s.Now())                                    |
+ * | settle          | payment.(*Forwarder).forward     | s.Store.Forwarded(ctx, q.PaymentID, fence,                                                |
  * | settle          | sqlitestore.(*DB).Forwarded      | DELETE FROM forward_queue WHERE payment_id = ? AND fence = ?                              |
  * | settle          | sqlitestore.(*DB).Forwarded      | if n, err := res.RowsAffected(); err != nil                                               |
  * | settle          | sqlitestore.(*DB).Forwarded      | WHERE id = ? AND status = 'queued'                                                        |
