@@ -11,6 +11,11 @@
 #
 # Results: one line of efficacy per package, and a JSON report per package
 # in ${MUTATE_OUT:-mutation}/.
+#
+# gremlins changes operators in Go code, never the SQL inside a string (a
+# FOR UPDATE, a fence or a scope in a WHERE) nor a whole check:
+# scripts/mutants.sh runs hand-made mutants of those guards
+# (scripts/mutants/*.patch), each against the test it names.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
