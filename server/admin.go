@@ -376,17 +376,29 @@ func (s *server) handleAdminReconcileOne(w http.ResponseWriter, r *http.Request)
 // handleAdminReconcileAll runs one reconcile pass now.
 func (s *server) handleAdminReconcileAll(w http.ResponseWriter, r *http.Request) {
 	res, err := s.Admin.Reconciler.RunOnce(r.Context())
+	s.ranJob(w, r, "reconcile", res, err, "/admin", []jobCount{
+		{"reconciled", res.Checked}, {"succeeded", res.Succeeded}, {"failed", res.Failed}, {"unknown", res.Unknown}})
+}
+
+// jobCount is one count of what a job did, as the page's query names it.
+type jobCount struct {
+	name string
+	n    int
+}
+
+// ranJob answers an admin page's "now" button: the job's error, or a
+// redirect to page with the counts it did, which the page shows.
+func (s *server) ranJob(w http.ResponseWriter, r *http.Request, job string, res fmt.Stringer, err error, page string, counts []jobCount) {
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.Log.Info("admin: reconcile now", "result", res.String())
+	s.Log.Info("admin: "+job+" now", "result", res.String())
 	q := url.Values{}
-	q.Set("reconciled", strconv.Itoa(res.Checked))
-	q.Set("succeeded", strconv.Itoa(res.Succeeded))
-	q.Set("failed", strconv.Itoa(res.Failed))
-	q.Set("unknown", strconv.Itoa(res.Unknown))
-	http.Redirect(w, r, "/admin?"+q.Encode(), http.StatusSeeOther)
+	for _, c := range counts {
+		q.Set(c.name, strconv.Itoa(c.n))
+	}
+	http.Redirect(w, r, page+"?"+q.Encode(), http.StatusSeeOther)
 }
 
 // attemptJSON is an attempt in GET /v1/attempts.

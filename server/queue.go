@@ -3,8 +3,6 @@ package server
 import (
 	"fmt"
 	"net/http"
-	"net/url"
-	"strconv"
 
 	"github.com/oncepay/oncepay/payment"
 )
@@ -73,16 +71,6 @@ func (s *server) handleAdminQueue(w http.ResponseWriter, r *http.Request) {
 // handleAdminForward runs one forward pass now, as the schedule would.
 func (s *server) handleAdminForward(w http.ResponseWriter, r *http.Request) {
 	res, err := s.Admin.Forwarder.RunOnce(r.Context())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.Log.Info("admin: forward now", "result", res.String())
-	q := url.Values{}
-	q.Set("forwarded", strconv.Itoa(res.Checked))
-	q.Set("succeeded", strconv.Itoa(res.Succeeded))
-	q.Set("declined", strconv.Itoa(res.Declined))
-	q.Set("expired", strconv.Itoa(res.Expired))
-	q.Set("unknown", strconv.Itoa(res.Unknown))
-	http.Redirect(w, r, "/admin/queue?"+q.Encode(), http.StatusSeeOther)
+	s.ranJob(w, r, "forward", res, err, "/admin/queue", []jobCount{{"forwarded", res.Checked}, {"succeeded", res.Succeeded},
+		{"declined", res.Declined}, {"expired", res.Expired}, {"unknown", res.Unknown}})
 }
