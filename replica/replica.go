@@ -34,6 +34,10 @@ const (
 	DefaultRetention    = 24 * time.Hour
 )
 
+// BusyTimeout is how long a sync waits for the SQLite write lock: the wait
+// oncepay's own writer allows (sqlitestore.Options.BusyTimeout).
+const BusyTimeout = 5 * time.Second
+
 // Config says where and how often one SQLite file is replicated.
 type Config struct {
 	// URL is the replica: file:///path/to/dir or s3://bucket/path (S3's
@@ -194,6 +198,10 @@ func Start(path string, cfg Config) (*Replicator, error) {
 		return nil, err
 	}
 	db := litestream.NewDB(path)
+	// Litestream writes to the file too (its bookkeeping tables, the barrier
+	// of each checkpoint), so it waits for oncepay's writer as long as that
+	// writer waits for others; its default second failed syncs under load.
+	db.BusyTimeout = BusyTimeout
 	// oncepay drives both steps itself (WAL to local LTX files, those to the
 	// replica), one after the other, so it knows how far the replica has got.
 	db.MonitorInterval = 0

@@ -2,6 +2,7 @@ package replica_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -96,9 +97,10 @@ func TestReplicateAndRestore(t *testing.T) {
 	if st.Through.IsZero() || st.LastSync.Before(st.Through) {
 		t.Fatalf("status after a sync = %+v, want a time through and a last sync after it", st)
 	}
-	// A background sync may meet the writer mid-batch on a loaded machine
-	// and fail (counted); the next one retries, and the explicit sync above
-	// succeeded: what the restore below checks is what it shipped.
+	// A background sync waits up to replica.BusyTimeout for the writer
+	// (TestSyncWaitsForTheWriter); one that still failed on a loaded machine
+	// is counted and retried, and the explicit sync above succeeded: what the
+	// restore below checks is what it shipped.
 	if st.Errors != 0 {
 		t.Logf("background syncs failed during the load: %d (retried)", st.Errors)
 	}
@@ -216,5 +218,42 @@ func TestCheckURL(t *testing.T) {
 		if err := replica.CheckURL(tc.url); (err == nil) != tc.ok {
 			t.Errorf("CheckURL(%q) = %v, want ok %v", tc.url, err, tc.ok)
 		}
+	}
+}
+
+// A sync that meets another writer holding the file waits for it, as
+// oncepay's writer would, instead of failing: Litestream's own second of
+// patience made background syncs fail under a busy writer.
+func TestSyncWaitsForTheWriter(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "oncepay.db")
+	openStore(t, path, sqlitestore.Options{NoCheckpoint: true})
+	other, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := replica.Start(path, replica.Config{URL: "file://" + filepath.Join(dir, "replica"), SyncInterval: 20 * time.Millisecond, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close(context.Background())
+	time.Sleep(2 * time.Second) // past Litestream's default wait, inside ours
+	if _, err := conn.ExecContext(t.Context(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st := rep.Status(); st.Errors != 0 {
+		t.Errorf("failed syncs = %d, want 0: a sync gave up on a writer holding the file for 2s", st.Errors)
 	}
 }
