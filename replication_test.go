@@ -4,11 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/storetest"
+	"github.com/oncepay/oncepay/sqlitestore"
 )
 
 // --replica is for a SQLite file, and its lag alarm must be reachable.
@@ -124,5 +129,40 @@ func TestRestoreRefusals(t *testing.T) {
 		if e.Name() != "existing.db" {
 			t.Errorf("a refused restore left %s behind", e.Name())
 		}
+	}
+}
+
+// A one-shot command writing to a file a replicated server holds open never
+// checkpoints it: Litestream must be the only checkpointer, and the command
+// cannot know the file is replicated. The server's WAL below is past
+// SQLite's automatic checkpoint (1,000 pages); a command that checkpointed
+// would move it into the database file.
+func TestCommandsLeaveCheckpointsToTheServer(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "oncepay.db")
+	server, err := sqlitestore.Open(ctx, path, schema, sqlitestore.Options{NoCheckpoint: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	for i := range 400 {
+		a := storetest.NewAttempt(fmt.Sprintf("k-%d", i), time.Now(), time.Minute)
+		if ok, err := server.Claim(ctx, a); err != nil || !ok {
+			t.Fatalf("claim %d = %v, %v", i, ok, err)
+		}
+	}
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(ctx, []string{"merchant", "create", "corner-shop", "--db", path}, env(nil), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Size() != before.Size() {
+		t.Errorf("database file %d bytes before the command, %d after: the command checkpointed a replicated file", before.Size(), after.Size())
 	}
 }

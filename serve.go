@@ -44,6 +44,7 @@ type config struct {
 	simWebhookSecret  string
 	demo              bool
 	public            bool // demo on an address other than loopback
+	serves            bool // serve or demo, not a one-shot command
 	simDB             string
 	simFaults         sim.Faults
 	simKeyWindow      time.Duration
@@ -334,8 +335,12 @@ func (c *config) openStore(ctx context.Context) (payment.Database, error) {
 	if pgstore.IsURL(c.db) {
 		return pgstore.Open(ctx, c.db, pgstore.Options{ReplayCacheBytes: cacheBytes(c.replayCacheMB)})
 	}
+	// Only a server without a replica checkpoints the WAL. Litestream must be
+	// the only checkpointer of a replicated file, and a one-shot command
+	// cannot know whether the file it writes is replicated: its few pages are
+	// checkpointed by the server's writer, or when the last connection closes.
 	return sqlitestore.Open(ctx, c.db, schema, sqlitestore.Options{MaxBatch: c.maxBatch, MaxWait: c.batchWait,
-		ReplayCacheBytes: cacheBytes(c.replayCacheMB), NoCheckpoint: c.replica.url != ""})
+		ReplayCacheBytes: cacheBytes(c.replayCacheMB), NoCheckpoint: !c.serves || c.replica.url != ""})
 }
 
 // cacheBytes is --replay-cache-mb as the stores' option: negative for none.
@@ -588,6 +593,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		log.Warn("--sim-webhook-secret: the key is shorter than 16 bytes; a longer one is harder to guess")
 	}
 
+	cfg.serves = true
 	a, err := cfg.open(ctx, log)
 	if err != nil {
 		return err
