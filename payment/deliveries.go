@@ -165,13 +165,22 @@ func (r *DeliverResult) add(o DeliverResult) {
 // deliver claims one delivery, makes its try and stores how it ended.
 func (d *Deliverer) deliver(ctx context.Context, dd DueDelivery) (res DeliverResult, err error) {
 	now := d.Now()
-	fence, ok, err := d.Store.ClaimDelivery(ctx, dd.EventID, dd.EndpointID, dd.Fence, now, now.Add(d.Lease))
+	leaseUntil := now.Add(d.Lease)
+	fence, ok, err := d.Store.ClaimDelivery(ctx, dd.EventID, dd.EndpointID, dd.Fence, now, leaseUntil)
 	if err != nil || !ok {
 		res.Skipped = 1
 		return res, err
 	}
 	crashpoint.Hit("after-delivery-claim")
-	sctx, cancel := context.WithTimeout(ctx, d.Timeout)
+	// The try ends with the lease, as a forwarder's provider call does: a
+	// deliverer paused past its lease sends nothing, since another may hold
+	// the delivery by now and be sending the same try.
+	budget := min(d.Timeout, leaseUntil.Sub(d.Now()))
+	if budget <= 0 {
+		res.Skipped = 1
+		return res, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, budget)
 	status, sendErr := d.Sender.Send(sctx, dd.Endpoint, dd.EventID, dd.Body, d.Now())
 	cancel()
 	crashpoint.Hit("after-delivery-send") // sent, how it ended not yet stored: sent again

@@ -297,3 +297,42 @@ func TestDeliverersRaceAndSlowEndpoints(t *testing.T) {
 		t.Errorf("the run took %s, want the try's timeout", d)
 	}
 }
+
+// pausedAfterDeliveryClaim is a deliverer's process paused (a GC pause, a
+// stopped VM) between its claim and its send, for longer than its lease.
+type pausedAfterDeliveryClaim struct {
+	payment.Database
+	clock *clock
+	lease time.Duration
+}
+
+func (p pausedAfterDeliveryClaim) ClaimDelivery(ctx context.Context, eventID, endpointID string, fence int64, now, until time.Time) (int64, bool, error) {
+	f, ok, err := p.Database.ClaimDelivery(ctx, eventID, endpointID, fence, now, until)
+	p.clock.Add(p.lease + time.Second)
+	return f, ok, err
+}
+
+// A deliverer whose lease ran out between its claim and its send sends
+// nothing: another deliverer may hold the delivery by then and be making
+// the same try. The next run delivers it, once.
+func TestDelivererPastItsLeaseDoesNotSend(t *testing.T) {
+	f := newDeliveryFixture(t, payment.Deliverer{})
+	id := f.pay(t, "k")
+	paused, err := payment.NewDeliverer(payment.Deliverer{Store: pausedAfterDeliveryClaim{f.DB, f.clock, f.d.Lease},
+		Sender: outbound.New(outbound.Options{AllowInsecure: true}), Now: f.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := paused.RunOnce(context.Background()); err != nil || res.Skipped != 1 {
+		t.Errorf("the paused deliverer's run = %+v, %v; want it skipped", res, err)
+	}
+	if got := f.srv.count(id); got != 0 {
+		t.Fatalf("the endpoint got %s %d times from a deliverer past its lease, want 0", id, got)
+	}
+	if res := f.run(t); res.Delivered != 1 {
+		t.Errorf("the next run = %+v, want it delivered", res)
+	}
+	if got := f.srv.count(id); got != 1 {
+		t.Errorf("the endpoint got %s %d times, want 1", id, got)
+	}
+}
