@@ -6,7 +6,10 @@
 // forward.pml, the forward queue of a payment taken while the provider was
 // unreachable (forwarders that claim it with a lease and a fence, ask the
 // provider first, charge only while their lease ends before the max age, and
-// settle under their fence, at a provider that does not dedupe), and the
-// tests that check all three exhaustively with spin and keep their step
-// tables in step with the Go code.
+// settle under their fence, at a provider that does not dedupe),
+// deliver.pml, one event's delivery to a merchant's endpoint (deliverers
+// that claim it with a lease and a fence, send within their lease, and
+// store how the try ended under their fence), and the tests that check all
+// four exhaustively with spin and keep their step tables in step with the
+// Go code.
 package model

@@ -22,6 +22,7 @@ const (
 	modelFile   = "oncepay.pml"
 	refundsFile = "refunds.pml"
 	forwardFile = "forward.pml"
+	deliverFile = "deliver.pml"
 )
 
 // A scope is one bound of the state space: how many clients, and how many
@@ -49,7 +50,7 @@ var (
 // The ltl blocks of oncepay.pml.
 var (
 	safety   = []string{"one_charge", "answers_match", "no_stale_write"}
-	liveness = []string{"settles", "clients_answered", "reservations_freed", "queue_empties"}
+	liveness = []string{"settles", "clients_answered", "reservations_freed", "queue_empties", "delivery_ends"}
 	// witnesses each claim a state the protocol does reach is unreachable:
 	// a model that cannot pay, decline, take over or reconcile would pass
 	// every property above and prove nothing.
@@ -127,6 +128,26 @@ var (
 	}
 )
 
+// deliver.pml: its scopes, properties, witnesses and known-bad variants.
+var (
+	// twoDeliverers is its defaults: two deliverers, two crashes, two
+	// refused or lost tries, one stall. The liveness search is checked in
+	// it too.
+	twoDeliverers = scope{"two-deliverers", nil}
+	// threeDeliverers races a third deliverer, with one of each fault.
+	threeDeliverers = scope{"three-deliverers", []string{"-DNDLV=3", "-DMAXCRASH=1", "-DMAXFAULTS=1", "-DMAXSTALL=1"}}
+
+	deliverSafety      = []string{"one_try_at_once", "delivered_true", "tries_honest", "no_stale_write"}
+	deliverWitnesses   = []string{"reach_delivered", "reach_delivered_after_refusal", "reach_delivered_twice", "reach_failed"}
+	deliverBadVariants = []variant{
+		{"CLAIM_NO_FENCE", []string{"tries_honest"}},
+		{"FINISH_NO_FENCE", []string{"no_stale_write"}},
+		{"STALL_BEFORE_SEND", []string{"one_try_at_once"}},
+		{"ANY_ANSWER_DELIVERS", []string{"delivered_true"}},
+		{"CLAIM_NULL_LEASE", []string{"delivery_ends"}},
+	}
+)
+
 // TestModelHolds checks every property of the model exhaustively within
 // each scope: no error, and a search that completed. A model's safety
 // properties are checked in one search (ltl safe); each of them alone is
@@ -151,6 +172,9 @@ func TestModelHolds(t *testing.T) {
 		{forwardFile, twoForwarders, "safe", strings.Join(forwardSafety, ", ")},
 		{forwardFile, threeForwarders, "safe", strings.Join(forwardSafety, ", ")},
 		{forwardFile, twoForwarders, "queue_empties", "queue_empties"},
+		{deliverFile, twoDeliverers, "safe", strings.Join(deliverSafety, ", ")},
+		{deliverFile, threeDeliverers, "safe", strings.Join(deliverSafety, ", ")},
+		{deliverFile, twoDeliverers, "delivery_ends", "delivery_ends"},
 	}
 	for _, r := range runs {
 		t.Run(r.scope.name+"/"+r.prop, func(t *testing.T) {
@@ -174,7 +198,7 @@ func TestBadVariantsRefuted(t *testing.T) {
 	for _, m := range []struct {
 		file     string
 		variants []variant
-	}{{modelFile, badVariants}, {refundsFile, refundBadVariants}, {forwardFile, forwardBadVariants}} {
+	}{{modelFile, badVariants}, {refundsFile, refundBadVariants}, {forwardFile, forwardBadVariants}, {deliverFile, deliverBadVariants}} {
 		for _, v := range m.variants {
 			for _, prop := range v.kills {
 				t.Run(strings.TrimSuffix(m.file, ".pml")+"/"+v.flag+"/"+prop, func(t *testing.T) {
@@ -201,14 +225,16 @@ func TestBadVariantsRefuted(t *testing.T) {
 // refund, a refusal, a decline whose reservation another refund then uses,
 // a takeover that refunds, and both reconcile outcomes of a refund; a
 // queued payment succeeded by a forwarder's charge, by the lookup after a
-// lost answer and by the lookup past its max age, declined, and expired.
+// lost answer and by the lookup past its max age, declined, and expired;
+// an event delivered, delivered after a refused try, delivered a second
+// time after a lost answer, and given up.
 func TestModelReaches(t *testing.T) {
 	t.Parallel()
 	tools := needTools(t)
 	for _, m := range []struct {
 		file      string
 		witnesses []string
-	}{{modelFile, witnesses}, {refundsFile, refundWitnesses}, {forwardFile, forwardWitnesses}} {
+	}{{modelFile, witnesses}, {refundsFile, refundWitnesses}, {forwardFile, forwardWitnesses}, {deliverFile, deliverWitnesses}} {
 		for _, w := range m.witnesses {
 			t.Run(strings.TrimSuffix(m.file, ".pml")+"/"+w, func(t *testing.T) {
 				t.Parallel()

@@ -24,7 +24,7 @@ func TestStepTableMatchesCode(t *testing.T) {
 	for _, m := range []struct {
 		file    string
 		minRows int // the whole flow
-	}{{modelFile, 20}, {refundsFile, 20}, {forwardFile, 20}} {
+	}{{modelFile, 20}, {refundsFile, 20}, {forwardFile, 20}, {deliverFile, 20}} {
 		t.Run(m.file, func(t *testing.T) {
 			rows, body, err := readStepTable(m.file)
 			if err != nil {
