@@ -15,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/pgstore"
 	"github.com/oncepay/oncepay/replica"
+	"github.com/oncepay/oncepay/server"
 	"github.com/oncepay/oncepay/sqlitestore"
 )
 
@@ -94,15 +95,12 @@ func (a *app) replicaStatus() metrics.ReplicaStatus {
 	return metrics.ReplicaStatus{Lag: s.Lag, LastSync: s.LastSync, Errors: s.Errors}
 }
 
-// replicaBehind is GET /healthz's question: is the replica further behind
-// than --replica-max-lag?
-func (a *app) replicaBehind(maxLag time.Duration) func() (string, bool) {
-	return func() (string, bool) {
+// replicaHealth is where the replica stands against --replica-max-lag, for
+// GET /healthz and the admin pages.
+func (a *app) replicaHealth(maxLag time.Duration) func() server.ReplicaStatus {
+	return func() server.ReplicaStatus {
 		s := a.replica.Status()
-		if s.Lag <= maxLag {
-			return "", false
-		}
-		return fmt.Sprintf("The replica is %s behind, over --replica-max-lag (%s); %d syncs failed since start.", s.Lag.Round(time.Millisecond), maxLag, s.Errors), true
+		return server.ReplicaStatus{Lag: s.Lag, MaxLag: maxLag, LastSync: s.LastSync, Errors: s.Errors}
 	}
 }
 

@@ -609,7 +609,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	srvCfg := server.Config{Payments: a.service, Log: log, Metrics: m.Handler(), CountRequest: m.Request, CountRefund: m.Refund}
 	if a.replica != nil {
 		m.Replica(a.replicaStatus)
-		srvCfg.ReplicaBehind = a.replicaBehind(cfg.replica.maxLag)
+		srvCfg.Replica = a.replicaHealth(cfg.replica.maxLag)
 	}
 	if a.sim != nil {
 		srvCfg.Sim = a.sim.Handler()

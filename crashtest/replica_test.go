@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -100,6 +101,20 @@ func scrape(c *http.Client, base, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// adminPage is srv's admin page, as its operator reads it.
+func adminPage(t *testing.T, c *http.Client, base string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/admin", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // sampleLag scrapes srv's replica lag every 50 ms until stop is closed.
@@ -213,6 +228,9 @@ func restoreUnderLoad(t *testing.T, dedupe bool) {
 	srv := startServe(t, db, sim.url, slowBank, nil, replicated...)
 	stopLag := make(chan struct{})
 	lags := sampleLag(c, srv.url, stopLag)
+	if page := adminPage(t, c, srv.url); !strings.Contains(page, `id="replica"`) {
+		t.Errorf("serve --replica: the admin page does not show the replica:\n%s", page)
+	}
 	l := startReplicaLoad(t, c, srv.url, m, clients, "on")
 	time.Sleep(load)
 	srv.kill(t) // mid-load: requests in flight die with it

@@ -143,9 +143,10 @@ func statusText(st payment.Status) string {
 }
 
 type pageBase struct {
-	Demo  bool
-	Now   time.Time
-	Flash string
+	Demo    bool
+	Now     time.Time
+	Flash   string
+	Replica *ReplicaStatus // nil without replication
 }
 
 type attemptsPage struct {
@@ -449,7 +450,14 @@ func (s *server) handleListAttempts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *server) pageBase(now time.Time) pageBase { return pageBase{Demo: s.Admin.Open, Now: now} }
+func (s *server) pageBase(now time.Time) pageBase {
+	p := pageBase{Demo: s.Admin.Open, Now: now}
+	if s.Replica != nil {
+		st := s.Replica()
+		p.Replica = &st
+	}
+	return p
+}
 
 func (s *server) now() time.Time { return s.Payments.Now().UTC() }
 

@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/server"
 )
 
 // In serve, the admin surface needs its own credential: without one
@@ -249,5 +251,29 @@ func TestSimBehindAdminInServe(t *testing.T) {
 	}
 	if r := e.do("GET", "/sim/charges", nil, "Authorization", "Bearer s3cret-admin"); r.Status != 200 {
 		t.Errorf("GET /sim/charges with the admin token = %d, want 200", r.Status)
+	}
+}
+
+// Every admin page shows where the replica stands, and says so plainly
+// once it is behind; without replication it shows nothing of it.
+func TestAdminShowsTheReplica(t *testing.T) {
+	var st atomic.Pointer[server.ReplicaStatus]
+	st.Store(&server.ReplicaStatus{Lag: 1200 * time.Millisecond, MaxLag: time.Minute, LastSync: time.Now()})
+	e := newEnv(t, envOptions{replica: func() server.ReplicaStatus { return *st.Load() }})
+	for _, page := range []string{"/admin", "/admin/queue", "/admin/events", "/admin/endpoints"} {
+		got := string(e.do("GET", page, nil).Body)
+		if !strings.Contains(got, `id="replica"`) || !strings.Contains(got, "Replica 1.2s behind") || strings.Contains(got, "allowed") {
+			t.Errorf("GET %s with the replica 1.2s behind does not say so, or says it is over its limit:\n%s", page, got)
+		}
+	}
+	st.Store(&server.ReplicaStatus{Lag: 93 * time.Second, MaxLag: time.Minute, Errors: 3})
+	got := string(e.do("GET", "/admin", nil).Body)
+	for _, want := range []string{`class="small replica behind"`, "Replica 1m33s behind, over the 1m0s allowed", "3 syncs failed", "no sync yet since start"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("GET /admin with the replica behind: %q missing", want)
+		}
+	}
+	if got := string(newEnv(t, envOptions{}).do("GET", "/admin", nil).Body); strings.Contains(got, `id="replica"`) {
+		t.Error("GET /admin without replication shows a replica")
 	}
 }

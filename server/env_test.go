@@ -51,8 +51,8 @@ type envOptions struct {
 	// secret, while payments still go to the simulated provider: both
 	// secrets set.
 	stripeWebhooks bool
-	// replicaBehind, if set, is the server's ReplicaBehind.
-	replicaBehind func() (string, bool)
+	// replica, if set, is the server's Replica.
+	replica func() server.ReplicaStatus
 }
 
 // stores are the stores a test of store behaviour runs against, by name.
@@ -92,7 +92,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.auth {
 		cfg.Keys = oe.DB
 	}
-	cfg.ReplicaBehind = o.replicaBehind
+	cfg.Replica = o.replica
 	if o.workshop {
 		cfg.Workshop = workshop.New(oe.Service, oe.Reconciler, oe.Sim, server.DemoScope)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/sim"
+	"github.com/oncepay/oncepay/server"
 	"github.com/oncepay/oncepay/sqlitestore"
 	"github.com/oncepay/oncepay/web"
 )
@@ -155,8 +156,12 @@ func (s *spec) checkComponent(name string, r response) {
 func TestResponsesMatchOpenAPI(t *testing.T) {
 	var replicaBehind atomic.Bool
 	e := newEnv(t, envOptions{auth: true, adminToken: "spec-admin", storeOp: sqlitestore.Options{BusyTimeout: 100 * time.Millisecond},
-		replicaBehind: func() (string, bool) {
-			return "The replica is 93s behind, over --replica-max-lag (1m0s).", replicaBehind.Load()
+		replica: func() server.ReplicaStatus {
+			st := server.ReplicaStatus{Lag: 2 * time.Second, MaxLag: time.Minute}
+			if replicaBehind.Load() {
+				st.Lag = 93 * time.Second
+			}
+			return st
 		}})
 	s := loadSpec(t, e)
 	scope, secret := e.apiKey("spec")

@@ -279,9 +279,9 @@ func (s *server) handleListRefunds(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleHealthz(w http.ResponseWriter, r *http.Request) {
-	if s.ReplicaBehind != nil {
-		if detail, behind := s.ReplicaBehind(); behind {
-			writeProblem(w, payment.Problem{Type: payment.ProblemReplicaBehind, Title: "Replica behind", Status: http.StatusServiceUnavailable, Detail: detail})
+	if s.Replica != nil {
+		if st := s.Replica(); st.Behind() {
+			writeProblem(w, payment.Problem{Type: payment.ProblemReplicaBehind, Title: "Replica behind", Status: http.StatusServiceUnavailable, Detail: st.Detail()})
 			return
 		}
 	}

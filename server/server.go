@@ -2,8 +2,10 @@
 package server
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/gorilla/mux"
 	"github.com/oncepay/oncepay/payment"
@@ -39,10 +41,30 @@ type Config struct {
 	CountWebhook func(provider, eventType, outcome string)
 	// CountRefund, if set, is told the outcome of every refund request.
 	CountRefund func(outcome string)
-	// ReplicaBehind, if set, is asked at each GET /healthz: behind makes it
-	// 503 replica-behind, detail saying how far.
-	ReplicaBehind func() (detail string, behind bool)
-	Log           *slog.Logger
+	// Replica, if set, tells where replication stands: GET /healthz answers
+	// 503 replica-behind while it is behind, and every admin page shows it.
+	Replica func() ReplicaStatus
+	Log     *slog.Logger
+}
+
+// ReplicaStatus is where the replica of the database stands.
+type ReplicaStatus struct {
+	Lag      time.Duration // what a machine lost now would lose, at most
+	MaxLag   time.Duration // past it, the replica is behind
+	LastSync time.Time     // when the last successful sync ended; zero before it
+	Errors   int64         // syncs that failed since start
+}
+
+// Behind reports whether the replica is further behind than allowed.
+func (r ReplicaStatus) Behind() bool { return r.Lag > r.MaxLag }
+
+// LagText is the lag as people read it.
+func (r ReplicaStatus) LagText() string { return r.Lag.Round(100 * time.Millisecond).String() }
+
+// Detail says how far behind the replica is.
+func (r ReplicaStatus) Detail() string {
+	return fmt.Sprintf("The replica is %s behind, over --replica-max-lag (%s); %d syncs failed since start.",
+		r.Lag.Round(time.Millisecond), r.MaxLag, r.Errors)
 }
 
 type server struct {
