@@ -211,7 +211,8 @@ func TestWorkshopLanguageInBrowser(t *testing.T) {
 		for _, lang := range workshop.Langs {
 			run(t, ctx, chromedp.Navigate(e.Server.URL+page+"?lang="+lang))
 			waitFor(t, ctx, `document.readyState === "complete"`)
-			text[lang] = eval[string](t, ctx, `document.body.innerText + " " + document.title + " " +
+			// Identifiers and keys are set in code; the rest is prose.
+			text[lang] = eval[string](t, ctx, `document.querySelectorAll("code").forEach(c => c.remove()), document.body.innerText + " " + document.title + " " +
 				[...document.querySelectorAll("[title],[aria-label]")].map(el => (el.title || "") + " " + (el.getAttribute("aria-label") || "")).join(" ")`)
 			if strings.Contains(text[lang], "⟦") {
 				t.Errorf("%s?lang=%s shows untranslated keys", page, lang)
@@ -232,6 +233,21 @@ func TestWorkshopLanguageInBrowser(t *testing.T) {
 			shot(t, ctx, "handout-uz.png", "")
 		}
 	}
+	// On a phone, in the language with the longer words, nothing is wider
+	// than the screen.
+	run(t, ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
+	for _, page := range []string{"/demo", "/demo/handout"} {
+		run(t, ctx, chromedp.Navigate(e.Server.URL+page+"?lang=uz"))
+		waitFor(t, ctx, `document.readyState === "complete"`)
+		if wide := eval[int](t, ctx, `document.documentElement.scrollWidth - window.innerWidth`); wide > 0 {
+			t.Errorf("%s on a 390 px phone is %d px wider than the screen", page, wide)
+		}
+	}
+	run(t, ctx, chromedp.Navigate(e.Server.URL+"/demo#mirror"))
+	waitFor(t, ctx, `document.readyState === "complete"`)
+	shot(t, ctx, "phone-uz.png", "#mirror")
+	run(t, ctx, chromedp.ResetViewport())
+
 	// Remembered: a page with no ?lang is in the language chosen last.
 	run(t, ctx, chromedp.Navigate(e.Server.URL+"/demo"))
 	waitFor(t, ctx, `document.readyState === "complete"`)

@@ -251,11 +251,12 @@ async function deadLink() {
       const body = { amount: SALES[i].amount, currency: "EUR", source: "tok_visa", description: T(SALES[i].name) };
       const [n, o] = await Promise.all([post("/demo/naive/offline/payments", keys[i], body), post("/demo/offline/payments", keys[i], body)]);
       const what = T(SALES[i].name) + " " + euro(SALES[i].amount);
-      say("dead-naive-log", T("dead.sale", what, describe(n)), n.status === 202 ? "warn" : "bad");
+      const shown = (e) => describe(e) + (e.status === 202 ? " · " + T("state.queued") : "");
+      say("dead-naive-log", T("dead.sale", what, shown(n)), n.status === 202 ? "warn" : "bad");
       if (n.status !== 202) refusedNaive++;
       const queued = o.status === 202;
       if (!queued) refusedOncepay++;
-      say("dead-oncepay-log", T(queued ? "dead.sale" : "dead.sale_refused", what, describe(o)), queued ? "warn" : "bad").dataset.outcome = queued ? "queued" : "refused";
+      say("dead-oncepay-log", T(queued ? "dead.sale" : "dead.sale_refused", what, shown(o)), queued ? "warn" : "bad").dataset.outcome = queued ? "queued" : "refused";
     }
   });
   setCount("dead-naive-refused", refusedNaive, false);
