@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/oncepay/oncepay/payment"
@@ -66,7 +67,7 @@ func pageString(t *testing.T, ctx context.Context, js string) string {
 // reservation in its claim, the offline queue and its forwarder.
 func TestWorkshopRacesInBrowser(t *testing.T) {
 	e := newEnv(t, envOptions{workshop: true})
-	ctx := newBrowser(t)
+	ctx := newBrowserFor(t, 3*time.Minute) // two languages, three races each, on a loaded 2-core machine
 	refundRaces := 0
 	for _, lang := range workshop.Langs {
 		t.Run(lang, func(t *testing.T) {
