@@ -102,6 +102,23 @@ func TestWorkshopRacesInBrowser(t *testing.T) {
 					t.Errorf("state machine shows %q, want the success processed and the failure ignored", on)
 				}
 				shot(t, ctx, "mirror-"+lang+".png", "#mirror")
+				if lang != "en" {
+					return
+				}
+				// A unique index on the event id: fulfilled once, but the late
+				// "failed" still sets the order's state.
+				run(t, ctx, chromedp.Click(chromedp.CSS(`input[name="mirror-mistake"][value="index"]`)))
+				clickAndWait(t, ctx, "mirror-run", "mirror-oncepay-log")
+				if n := pageInt(t, ctx, "#mirror-naive-fulfilled", "n"); n != 1 {
+					t.Errorf("naive with a unique index: fulfilled %d times, want 1", n)
+				}
+				if s := pageString(t, ctx, `document.querySelector("#mirror-naive-state").dataset.state`); s != "failed" {
+					t.Errorf("naive with a unique index: order %q, want failed (no state machine)", s)
+				}
+				if n := pageInt(t, ctx, "#mirror-oncepay-fulfilled", "n"); n != 1 {
+					t.Errorf("oncepay: the shop was told %d times, want 1", n)
+				}
+				run(t, ctx, chromedp.Click(chromedp.CSS(`input[name="mirror-mistake"][value="none"]`)))
 			})
 
 			t.Run("refunds", func(t *testing.T) {

@@ -241,6 +241,7 @@ async function deadLink() {
   for (const id of ["dead-naive-log", "dead-oncepay-log"]) $("#" + id).replaceChildren();
   const keys = SALES.map(() => crypto.randomUUID());
   let refusedNaive = 0, refusedOncepay = 0;
+  const taken = [];
   setCount("dead-naive-refused", 0, false);
   setCount("dead-oncepay-refused", 0, true);
   // 1. The link drops: no call reaches the provider.
@@ -255,6 +256,7 @@ async function deadLink() {
       say("dead-naive-log", T("dead.sale", what, shown(n)), n.status === 202 ? "warn" : "bad");
       if (n.status !== 202) refusedNaive++;
       const queued = o.status === 202;
+      taken[i] = queued;
       if (!queued) refusedOncepay++;
       say("dead-oncepay-log", T(queued ? "dead.sale" : "dead.sale_refused", what, shown(o)), queued ? "warn" : "bad").dataset.outcome = queued ? "queued" : "refused";
     }
@@ -273,7 +275,7 @@ async function deadLink() {
   await forwardBoth(keys);
   const st = await (await fetch("/demo/offline/payments?" + keys.map((k) => "key=" + k).join("&"))).json();
   for (let i = 0; i < SALES.length; i++) {
-    if (st[keys[i]]) say("dead-oncepay-log", T("dead.status", T(SALES[i].name), T("state." + st[keys[i]])), st[keys[i]] === "succeeded" ? "ok" : "warn");
+    if (st[keys[i]] && taken[i]) say("dead-oncepay-log", T("dead.status", T(SALES[i].name), T("state." + st[keys[i]])), st[keys[i]] === "succeeded" ? "ok" : "warn");
   }
   const counts = await deadCharges(keys);
   const sold = SALES.length - refusedOncepay;
