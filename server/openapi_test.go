@@ -601,6 +601,7 @@ func demoAnswers(t *testing.T) []answerCase {
 		{"demo mirror event, bad body", "POST", "/demo/mirror/events", post("/demo/mirror/events", `{"key":"k","kind":"refunded","event_id":"e"}`), 400, payment.ProblemInvalidRequest},
 		{"demo mirror event, cross-origin", "POST", "/demo/mirror/events", post("/demo/mirror/events", mirrorBody("demo-mirror", "failed"), crossSite...), 403, payment.ProblemCrossOrigin},
 		{"demo mirror state", "GET", "/demo/mirror/state", e.do("GET", "/demo/mirror/state?key=demo-mirror&event=msg_demo-mirrorsucceeded", nil), 200, ""},
+		{"demo mirror state, no key", "GET", "/demo/mirror/state", e.do("GET", "/demo/mirror/state", nil), 400, payment.ProblemInvalidKey},
 		{"naive event", "POST", "/demo/naive/events", post("/demo/naive/events", mirrorBody("demo-mirror", "succeeded")), 200, ""},
 		{"naive event, bad body", "POST", "/demo/naive/events", post("/demo/naive/events", `{}`), 400, payment.ProblemInvalidRequest},
 		{"naive event, cross-origin", "POST", "/demo/naive/events", post("/demo/naive/events", mirrorBody("demo-mirror", "succeeded"), crossSite...), 403, payment.ProblemCrossOrigin},
@@ -659,6 +660,8 @@ func demoAnswers(t *testing.T) []answerCase {
 		answerCase{"demo charges, ledger closed", "GET", "/demo/charges", e.do("GET", "/demo/charges", nil), 503, payment.ProblemUnavailable},
 		answerCase{"demo charges head, ledger closed", "HEAD", "/demo/charges", e.do("HEAD", "/demo/charges", nil), 503, ""},
 		answerCase{"demo reconcile, database closed", "POST", "/demo/reconcile", e.do("POST", "/demo/reconcile", nil), 503, payment.ProblemUnavailable},
+		answerCase{"naive refund, database closed", "POST", "/demo/naive/refunds", e.do("POST", "/demo/naive/refunds", []byte(`{"key":"demo-naive-refund","amount":1}`), "Content-Type", "application/json"), 503, payment.ProblemUnavailable},
+		answerCase{"demo mirror event, database closed", "POST", "/demo/mirror/events", e.do("POST", "/demo/mirror/events", []byte(`{"key":"demo-mirror","kind":"failed","event_id":"msg_closed"}`), "Content-Type", "application/json"), 503, payment.ProblemUnavailable},
 		answerCase{"demo refunds, ledger closed", "GET", "/demo/refunds", e.do("GET", "/demo/refunds", nil), 503, payment.ProblemUnavailable},
 		answerCase{"demo forward, database closed", "POST", "/demo/offline/forward", e.do("POST", "/demo/offline/forward", nil), 503, payment.ProblemUnavailable},
 	)

@@ -132,6 +132,10 @@ func (h *Handler) handleMirrorEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	a, err := h.Service.Store.Attempt(ctx, h.Scope, in.Key)
+	if err != nil && payment.ErrorCode(err) != payment.ENOTFOUND {
+		writeProblem(w, payment.Problem{Type: payment.ProblemUnavailable, Title: "Database unavailable", Status: 503})
+		return
+	}
 	if err != nil || a.Kind != payment.KindPayment {
 		writeProblem(w, payment.Problem{Type: payment.ProblemNotFound, Title: "No such payment", Status: 404, Detail: "Pay with this key first."})
 		return
@@ -173,7 +177,11 @@ func (h *Handler) handleMirrorState(w http.ResponseWriter, r *http.Request) {
 	}
 	h.naive.mu.Unlock()
 	out["naive"] = o
-	if a, err := h.Service.Store.Attempt(ctx, h.Scope, key); err == nil && payment.ValidKey(key) {
+	if !payment.ValidKey(key) {
+		writeProblem(w, payment.Problem{Type: payment.ProblemInvalidKey, Title: "Invalid key", Status: 400, Detail: "Give ?key=, the payment's Idempotency-Key."})
+		return
+	}
+	if a, err := h.Service.Store.Attempt(ctx, h.Scope, key); err == nil {
 		out["status"] = a.Status
 		es, err := h.Service.Store.OutboxEvents(ctx, payment.OutboxFilter{Scope: h.Scope, Type: payment.EventPaymentSucceeded, Limit: 100})
 		if err == nil {
@@ -212,6 +220,10 @@ func (h *Handler) handleNaiveRefund(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	a, err := h.Service.Store.Attempt(ctx, naiveScope, in.Key)
+	if err != nil && payment.ErrorCode(err) != payment.ENOTFOUND {
+		writeProblem(w, payment.Problem{Type: payment.ProblemUnavailable, Title: "Database unavailable", Status: 503})
+		return
+	}
 	if err != nil || a.Status != payment.Succeeded || a.ChargeID == "" {
 		writeProblem(w, payment.Problem{Type: payment.ProblemNotRefundable, Title: "Payment not refundable", Status: 409})
 		return
