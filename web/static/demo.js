@@ -12,6 +12,11 @@ const $ = (sel) => document.querySelector(sel);
 // up and fills {0}, {1}... A key the catalog lacks shows as ⟦key⟧, which
 // the tests look for.
 const STRINGS = JSON.parse(document.getElementById("i18n").textContent);
+// euro writes an amount in minor units as the page's language writes money.
+function euro(minor) {
+  return "€" + (minor / 100).toFixed(2).replace(".", T("num.decimal"));
+}
+
 function T(key, ...args) {
   const s = STRINGS[key];
   if (s === undefined) return "\u27e6" + key + "\u27e7";
@@ -171,7 +176,7 @@ function renderLog(lane) {
 
 function renderLedger(lane, charges) {
   $("#" + lane + "-ledger").replaceChildren(...charges.map((c) =>
-    item(c.id + " · €" + (c.amount / 100).toFixed(2) + " · " + T("log.key", c.idempotency_key.slice(0, 22) + "…"))));
+    item(c.id + " · " + euro(c.amount) + " · " + T("log.key", c.idempotency_key.slice(0, 22) + "…"))));
   const n = $("#" + lane + "-count");
   n.textContent = String(charges.length);
   n.className = "n " + (charges.length > 1 ? "danger" : charges.length === 1 ? "good" : "");

@@ -5,7 +5,6 @@
 "use strict";
 
 const QUIET = { latency: "0s", fail_before_charge: 0, fail_after_charge: 0, fail_lookup: 0 };
-const euro = (minor) => "€" + (minor / 100).toFixed(2);
 
 // say appends one line of a lane's narration, as it happens.
 function say(id, text, cls) {
