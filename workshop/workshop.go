@@ -1,6 +1,8 @@
-// Package workshop is demo mode's teaching aid: the demo page, a
-// deliberately wrong payment path to compare oncepay with, and a simulated
-// crash. Only "oncepay demo" wires it; serve has no route to any of it.
+// Package workshop is demo mode's teaching aid: the demo page and its
+// printable handout, in English and Uzbek; deliberately wrong paths to
+// compare oncepay with (a payment, a webhook receiver, a refund, a till on
+// a dead link), each beside the API's own code; and a simulated crash.
+// Only "oncepay demo" wires it; serve has no route to any of it.
 package workshop
 
 import (
