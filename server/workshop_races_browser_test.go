@@ -258,7 +258,7 @@ func checkLanguages(t *testing.T, e *env, ctx context.Context) {
 	for _, page := range []string{"/demo", "/demo/handout"} {
 		run(t, ctx, chromedp.Navigate(e.Server.URL+page+"?lang=uz"))
 		waitFor(t, ctx, `document.readyState === "complete"`)
-		if wide := eval[int](t, ctx, `document.documentElement.scrollWidth - window.innerWidth`); wide > 0 {
+		if wide := eval[int](t, ctx, `document.documentElement.scrollWidth - document.documentElement.clientWidth`); wide > 0 {
 			t.Errorf("%s on a 390 px phone is %d px wider than the screen", page, wide)
 		}
 	}
