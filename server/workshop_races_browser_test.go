@@ -265,7 +265,7 @@ func checkLanguages(t *testing.T, e *env, ctx context.Context) {
 	run(t, ctx, chromedp.Navigate(e.Server.URL+"/demo#mirror"))
 	waitFor(t, ctx, `document.readyState === "complete"`)
 	shot(t, ctx, "phone-uz.png", "#mirror")
-	run(t, ctx, chromedp.ResetViewport())
+	run(t, ctx, chromedp.EmulateViewport(1280, 900))
 
 	// Remembered: a page with no ?lang is in the language chosen last.
 	run(t, ctx, chromedp.Navigate(e.Server.URL+"/demo"))
