@@ -78,6 +78,30 @@ func TestWorkshopRacesInBrowser(t *testing.T) {
 				t.Fatalf("page language = %q, want %q", got, lang)
 			}
 
+			t.Run("storm", func(t *testing.T) {
+				// The first race, as TestWorkshopInBrowser plays it in English.
+				run(t, ctx, chromedp.Click(chromedp.ID("new-checkout")), chromedp.Click(chromedp.ID("fault-lose")))
+				for e.Sim.Faults().FailAfterCharge != 1 {
+					time.Sleep(10 * time.Millisecond)
+				}
+				run(t, ctx, chromedp.Click(chromedp.ID("storm")))
+				waitFor(t, ctx, `!document.querySelector("#storm").disabled && Number(document.querySelector("#oncepay-count").textContent) === 1 && Number(document.querySelector("#naive-count").textContent) > 1`)
+				shot(t, ctx, "storm-"+lang+".png", "#race-payments")
+				run(t, ctx, chromedp.Click(chromedp.ID("reset")))
+				waitFor(t, ctx, `!document.querySelector("#reset").disabled`)
+				for _, id := range []string{"case-reuse", "case-inprogress", "case-crash"} {
+					run(t, ctx, chromedp.Click(chromedp.ID(id)))
+					waitFor(t, ctx, `!document.querySelector("#`+id+`").disabled && document.querySelectorAll("#`+id+`-log li").length > 1`)
+				}
+				outcomes := eval[string](t, ctx, `[...document.querySelectorAll("#cases li[data-outcome]")].map(li => li.dataset.outcome).join(" ")`)
+				for _, want := range []string{"idempotency-key-reused", "request-in-progress", "succeeded"} {
+					if !strings.Contains(outcomes, want) {
+						t.Errorf("forgotten cases: outcomes %q, want %q among them", outcomes, want)
+					}
+				}
+				shot(t, ctx, "cases-"+lang+".png", "#cases")
+			})
+
 			t.Run("mirror", func(t *testing.T) {
 				copies := 5
 				clickAndWait(t, ctx, "mirror-run", "mirror-oncepay-log")
