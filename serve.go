@@ -643,7 +643,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Queue: a.db, Forwarder: fwd, Link: a.linkState, Endpoints: a.db,
 		Token: cfg.adminToken, Open: demo}
 	if demo && a.sim != nil {
-		srvCfg.Workshop = workshop.New(a.service, rec, a.sim, server.DemoScope)
+		srvCfg.Workshop = workshop.New(workshop.Config{Service: a.service, Reconciler: rec, Inbox: inbox, Forwarder: fwd, Ledger: a.sim, Scope: server.DemoScope})
 	}
 	if !demo {
 		srvCfg.Keys = a.db

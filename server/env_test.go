@@ -94,7 +94,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	cfg.Replica = o.replica
 	if o.workshop {
-		cfg.Workshop = workshop.New(oe.Service, oe.Reconciler, oe.Sim, server.DemoScope)
+		cfg.Workshop = workshop.New(workshop.Config{Service: oe.Service, Reconciler: oe.Reconciler, Inbox: inbox, Forwarder: oe.Forwarder, Ledger: oe.Sim, Scope: server.DemoScope})
 	}
 	e := &env{Env: oe, t: t, Metrics: m, Inbox: inbox, Server: httptest.NewServer(server.New(cfg)),
 		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}, Timeout: 30 * time.Second}}

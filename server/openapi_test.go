@@ -333,6 +333,10 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		seen[tt.r.problemType()] = true
 	}
 
+	// Opened before the lock-out below, which lasts only about one period
+	// (6 s) past the last failure: a slow start must not eat into it.
+	closed := newEnv(t, envOptions{auth: true})
+
 	// Guessing the admin token: after 10 failures, 429 (last, since it
 	// locks this test's address out of the admin surface for a while).
 	var limited response
@@ -348,7 +352,6 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 
 	// Every route behind the admin credential: 401 where the admin surface
 	// is closed, 429 here now that this address is locked out.
-	closed := newEnv(t, envOptions{auth: true})
 	for _, op := range adminOperations(s.doc) {
 		if r := closed.do(op.method, op.path, nil); r.Status != 401 || r.problemType() != payment.ProblemUnauthorized && op.method != "HEAD" {
 			t.Errorf("%s %s with the admin surface closed = %d %s, want 401", op.method, op.path, r.Status, r.Body)
@@ -572,7 +575,67 @@ func demoAnswers(t *testing.T) []answerCase {
 	crash := func(body string, headers ...string) response {
 		return e.do("POST", "/demo/crash", []byte(body), append([]string{"Content-Type", "application/json"}, headers...)...)
 	}
+	post := func(path, body string, headers ...string) response {
+		return e.do("POST", path, []byte(body), append([]string{"Content-Type", "application/json"}, headers...)...)
+	}
+	offline := func(key, body string, f sim.Faults) response {
+		e.Sim.SetFaults(f)
+		defer e.Sim.SetFaults(sim.Faults{})
+		return post("/demo/offline/payments", body, "Idempotency-Key", key)
+	}
+	if r := e.pay("demo-mirror", visa); r.Status != 201 {
+		t.Fatalf("demo payment = %d %s", r.Status, r.Body)
+	}
+	if r := e.pay("demo-mirror-declined", declined); r.Status != 402 {
+		t.Fatalf("demo declined payment = %d %s", r.Status, r.Body)
+	}
+	var mirrorBody = func(key, kind string) string {
+		return `{"key":"` + key + `","kind":"` + kind + `","event_id":"msg_` + key + kind + `"}`
+	}
+	naiveRefundPaid := naive("", "demo-naive-refund", visa)
+	naiveRefund := func(key string, amount int, f sim.Faults, headers ...string) response {
+		e.Sim.SetFaults(f)
+		defer e.Sim.SetFaults(sim.Faults{})
+		return post("/demo/naive/refunds", `{"key":"`+key+`","amount":`+strconv.Itoa(amount)+`}`, headers...)
+	}
 	cases := []answerCase{
+		{"demo handout", "GET", "/demo/handout", e.do("GET", "/demo/handout?lang=uz", nil), 200, ""},
+		{"demo handout head", "HEAD", "/demo/handout", e.do("HEAD", "/demo/handout", nil), 200, ""},
+		{"demo mirror event", "POST", "/demo/mirror/events", post("/demo/mirror/events", mirrorBody("demo-mirror", "succeeded")), 200, ""},
+		{"demo mirror event again", "POST", "/demo/mirror/events", post("/demo/mirror/events", mirrorBody("demo-mirror", "succeeded")), 200, ""},
+		{"demo mirror event, late failure", "POST", "/demo/mirror/events", post("/demo/mirror/events", mirrorBody("demo-mirror", "failed")), 200, ""},
+		{"demo mirror event, no charge", "POST", "/demo/mirror/events", post("/demo/mirror/events", mirrorBody("demo-mirror-declined", "succeeded")), 503, payment.ProblemUnavailable},
+		{"demo mirror event, unknown payment", "POST", "/demo/mirror/events", post("/demo/mirror/events", mirrorBody("demo-mirror-nope", "succeeded")), 404, payment.ProblemNotFound},
+		{"demo mirror event, bad body", "POST", "/demo/mirror/events", post("/demo/mirror/events", `{"key":"k","kind":"refunded","event_id":"e"}`), 400, payment.ProblemInvalidRequest},
+		{"demo mirror event, cross-origin", "POST", "/demo/mirror/events", post("/demo/mirror/events", mirrorBody("demo-mirror", "failed"), crossSite...), 403, payment.ProblemCrossOrigin},
+		{"demo mirror state", "GET", "/demo/mirror/state", e.do("GET", "/demo/mirror/state?key=demo-mirror&event=msg_demo-mirrorsucceeded", nil), 200, ""},
+		{"demo mirror state, no key", "GET", "/demo/mirror/state", e.do("GET", "/demo/mirror/state", nil), 400, payment.ProblemInvalidKey},
+		{"naive event", "POST", "/demo/naive/events", post("/demo/naive/events", mirrorBody("demo-mirror", "succeeded")), 200, ""},
+		{"naive event, bad body", "POST", "/demo/naive/events", post("/demo/naive/events", `{}`), 400, payment.ProblemInvalidRequest},
+		{"naive event, cross-origin", "POST", "/demo/naive/events", post("/demo/naive/events", mirrorBody("demo-mirror", "succeeded"), crossSite...), 403, payment.ProblemCrossOrigin},
+		{"naive refund, paid", "POST", "/demo/naive/payments", naiveRefundPaid, 201, ""},
+		{"naive refund", "POST", "/demo/naive/refunds", naiveRefund("demo-naive-refund", 600, sim.Faults{}), 201, ""},
+		{"naive refund, too much", "POST", "/demo/naive/refunds", naiveRefund("demo-naive-refund", 600, sim.Faults{}), 409, payment.ProblemRefundExceeds},
+		{"naive refund, unknown payment", "POST", "/demo/naive/refunds", naiveRefund("demo-naive-nope", 1, sim.Faults{}), 409, payment.ProblemNotRefundable},
+		{"naive refund, provider down", "POST", "/demo/naive/refunds", naiveRefund("demo-naive-refund", 1, sim.Faults{FailBeforeCharge: 1}), 502, "/problems/naive-provider-error"},
+		{"naive refund, bad body", "POST", "/demo/naive/refunds", naiveRefund("demo-naive-refund", 0, sim.Faults{}), 400, payment.ProblemInvalidRequest},
+		{"naive refund, cross-origin", "POST", "/demo/naive/refunds", naiveRefund("demo-naive-refund", 1, sim.Faults{}, crossSite...), 403, payment.ProblemCrossOrigin},
+		{"demo refunds", "GET", "/demo/refunds", e.do("GET", "/demo/refunds?charge=ch_nope", nil), 200, ""},
+		{"offline payment", "POST", "/demo/offline/payments", offline("demo-offline-ok", visa, sim.Faults{}), 201, ""},
+		{"offline payment queued", "POST", "/demo/offline/payments", offline("demo-offline-q", visa, sim.Faults{FailBeforeCharge: 1}), 202, ""},
+		{"offline payment over the limit", "POST", "/demo/offline/payments", offline("demo-offline-big", `{"amount":9999,"currency":"EUR","source":"tok_visa"}`, sim.Faults{FailBeforeCharge: 1}), 503, payment.ProblemOutcomeUnknown},
+		{"offline payment declined", "POST", "/demo/offline/payments", offline("demo-offline-d", declined, sim.Faults{}), 402, payment.ProblemDeclined},
+		{"offline payment key reused", "POST", "/demo/offline/payments", offline("demo-offline-ok", declined, sim.Faults{}), 409, payment.ProblemKeyReused},
+		{"offline payment bad key", "POST", "/demo/offline/payments", offline("", visa, sim.Faults{}), 400, payment.ProblemInvalidKey},
+		{"offline payment cross-origin", "POST", "/demo/offline/payments", post("/demo/offline/payments", visa, append([]string{"Idempotency-Key", "demo-offline-evil"}, crossSite...)...), 403, payment.ProblemCrossOrigin},
+		{"offline status", "GET", "/demo/offline/payments", e.do("GET", "/demo/offline/payments?key=demo-offline-q", nil), 200, ""},
+		{"offline forward", "POST", "/demo/offline/forward", post("/demo/offline/forward", ""), 200, ""},
+		{"offline forward cross-origin", "POST", "/demo/offline/forward", post("/demo/offline/forward", "", crossSite...), 403, payment.ProblemCrossOrigin},
+		{"naive offline payment", "POST", "/demo/naive/offline/payments", post("/demo/naive/offline/payments", visa, "Idempotency-Key", "demo-naive-offline"), 202, ""},
+		{"naive offline payment bad key", "POST", "/demo/naive/offline/payments", post("/demo/naive/offline/payments", visa), 400, payment.ProblemInvalidRequest},
+		{"naive offline payment cross-origin", "POST", "/demo/naive/offline/payments", post("/demo/naive/offline/payments", visa, append([]string{"Idempotency-Key", "demo-naive-evil"}, crossSite...)...), 403, payment.ProblemCrossOrigin},
+		{"naive offline forward", "POST", "/demo/naive/offline/forward", post("/demo/naive/offline/forward", ""), 200, ""},
+		{"naive offline forward cross-origin", "POST", "/demo/naive/offline/forward", post("/demo/naive/offline/forward", "", crossSite...), 403, payment.ProblemCrossOrigin},
 		{"demo root", "GET", "/", e.do("GET", "/", nil), 302, ""},
 		{"demo page", "GET", "/demo", e.do("GET", "/demo", nil), 200, ""},
 		{"demo page head", "HEAD", "/demo", e.do("HEAD", "/demo", nil), 200, ""},
@@ -605,6 +668,10 @@ func demoAnswers(t *testing.T) []answerCase {
 		answerCase{"demo charges, ledger closed", "GET", "/demo/charges", e.do("GET", "/demo/charges", nil), 503, payment.ProblemUnavailable},
 		answerCase{"demo charges head, ledger closed", "HEAD", "/demo/charges", e.do("HEAD", "/demo/charges", nil), 503, ""},
 		answerCase{"demo reconcile, database closed", "POST", "/demo/reconcile", e.do("POST", "/demo/reconcile", nil), 503, payment.ProblemUnavailable},
+		answerCase{"naive refund, database closed", "POST", "/demo/naive/refunds", e.do("POST", "/demo/naive/refunds", []byte(`{"key":"demo-naive-refund","amount":1}`), "Content-Type", "application/json"), 503, payment.ProblemUnavailable},
+		answerCase{"demo mirror event, database closed", "POST", "/demo/mirror/events", e.do("POST", "/demo/mirror/events", []byte(`{"key":"demo-mirror","kind":"failed","event_id":"msg_closed"}`), "Content-Type", "application/json"), 503, payment.ProblemUnavailable},
+		answerCase{"demo refunds, ledger closed", "GET", "/demo/refunds", e.do("GET", "/demo/refunds", nil), 503, payment.ProblemUnavailable},
+		answerCase{"demo forward, database closed", "POST", "/demo/offline/forward", e.do("POST", "/demo/offline/forward", nil), 503, payment.ProblemUnavailable},
 	)
 }
 

@@ -1,16 +1,20 @@
-// Package workshop is demo mode's teaching aid: the demo page, a
-// deliberately wrong payment path to compare oncepay with, and a simulated
-// crash. Only "oncepay demo" wires it; serve has no route to any of it.
+// Package workshop is demo mode's teaching aid: the demo page and its
+// printable handout, in English and Uzbek; deliberately wrong paths to
+// compare oncepay with (a payment, a webhook receiver, a refund, a till on
+// a dead link), each beside the API's own code; and a simulated crash.
+// Only "oncepay demo" wires it; serve has no route to any of it.
 package workshop
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"html/template"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/fallback"
@@ -19,34 +23,69 @@ import (
 	"github.com/oncepay/oncepay/web"
 )
 
-// Ledger is the simulated provider's record of what was charged.
+// Ledger is the simulated provider's record of what was charged and refunded.
 type Ledger interface {
 	Charges(ctx context.Context) ([]payment.Charge, error)
+	Refunds(ctx context.Context) ([]payment.ProviderRefund, error)
+}
+
+// Config is what the workshop runs on: the same service, inbox and
+// forwarder the API uses, so each case shows the real code paths.
+type Config struct {
+	Service    *payment.Service
+	Reconciler *payment.Reconciler
+	// Inbox is the provider events' inbox the webhook endpoint delivers to.
+	Inbox *payment.Inbox
+	// Forwarder sends the payments queued offline.
+	Forwarder *payment.Forwarder
+	Ledger    Ledger
+	// Scope is where the real lane's payments live (demo mode's scope).
+	Scope string
 }
 
 // Handler serves /demo and its API.
 type Handler struct {
-	Service    *payment.Service
-	Reconciler *payment.Reconciler
-	Ledger     Ledger
-	// Scope is where the real lane's payments live (demo mode's scope).
-	Scope string
-	mux   *http.ServeMux
-	serve http.Handler // mux, with its 404 and 405 as problems
+	Config
+	pages map[string]*template.Template
+	naive *naiveBooks
+	// offlineOnce sets the dead link case's offline limits on first use.
+	offlineMu  sync.Mutex
+	offlineSet bool
+	mux        *http.ServeMux
+	serve      http.Handler // mux, with its 404 and 405 as problems
 }
 
-// naiveScope keeps the naive lane's rows apart from the real ones.
-const naiveScope = "demo-naive"
+// naiveScope keeps the naive lane's rows apart from the real ones;
+// offlineScope is the dead link case's merchant, the only one with offline
+// limits, so the other cases' faults never queue a payment.
+const (
+	naiveScope   = "demo-naive"
+	offlineScope = "demo-offline"
+)
 
 // New returns the workshop handler.
-func New(svc *payment.Service, rec *payment.Reconciler, ledger Ledger, scope string) *Handler {
-	h := &Handler{Service: svc, Reconciler: rec, Ledger: ledger, Scope: scope, mux: http.NewServeMux()}
+func New(c Config) *Handler {
+	h := &Handler{Config: c, pages: parsePages(), naive: newNaiveBooks(), mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /demo", h.handlePage)
+	h.mux.HandleFunc("GET /demo/handout", h.handleHandout)
 	h.mux.Handle("GET /demo/static/", http.StripPrefix("/demo", fallback.Static(web.Assets, http.HandlerFunc(handleNotFound))))
 	h.mux.HandleFunc("POST /demo/naive/payments", h.handleNaivePay)
 	h.mux.HandleFunc("GET /demo/charges", h.handleCharges)
 	h.mux.HandleFunc("POST /demo/crash", h.handleCrash)
 	h.mux.HandleFunc("POST /demo/reconcile", h.handleReconcile)
+	// The mirror: the same provider events to a naive receiver and the inbox.
+	h.mux.HandleFunc("POST /demo/mirror/events", h.handleMirrorEvent)
+	h.mux.HandleFunc("GET /demo/mirror/state", h.handleMirrorState)
+	h.mux.HandleFunc("POST /demo/naive/events", h.handleNaiveEvent)
+	// Refunds racing: the naive lane's refunds; oncepay's are the API's.
+	h.mux.HandleFunc("POST /demo/naive/refunds", h.handleNaiveRefund)
+	h.mux.HandleFunc("GET /demo/refunds", h.handleRefunds)
+	// The dead link: a till that queues, on both lanes.
+	h.mux.HandleFunc("POST /demo/offline/payments", h.handleOfflinePay)
+	h.mux.HandleFunc("POST /demo/offline/forward", h.handleOfflineForward)
+	h.mux.HandleFunc("GET /demo/offline/payments", h.handleOfflineStatus)
+	h.mux.HandleFunc("POST /demo/naive/offline/payments", h.handleNaiveOfflinePay)
+	h.mux.HandleFunc("POST /demo/naive/offline/forward", h.handleNaiveOfflineForward)
 	h.serve = fallback.Mux(h.mux, http.HandlerFunc(handleNotFound), http.HandlerFunc(handleMethodNotAllowed))
 	return h
 }
@@ -64,18 +103,6 @@ func handleNotFound(w http.ResponseWriter, _ *http.Request) {
 
 func handleMethodNotAllowed(w http.ResponseWriter, _ *http.Request) {
 	writeProblem(w, payment.Problem{Type: payment.ProblemMethodNotAllowed, Title: "Method not allowed", Status: http.StatusMethodNotAllowed})
-}
-
-func (h *Handler) handlePage(w http.ResponseWriter, r *http.Request) {
-	page, err := web.Assets.ReadFile("static/demo.html")
-	if err != nil {
-		h.Service.Log.Error("workshop: demo page missing from this build", "err", err)
-		writeProblem(w, payment.Problem{Type: payment.ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError})
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Write(page)
 }
 
 // handleNaivePay is the naive lane. With ?mistake=newkey the server is
@@ -166,8 +193,9 @@ func (h *Handler) pay(w http.ResponseWriter, r *http.Request, scope, key string,
 // so the ledger's charges can be traced back to the checkout.
 func NaiveKeyPrefix(key string) string { return "naive_" + key + "_" }
 
-// handleCharges is GET /demo/charges?oncepay=K&naive=K...: the ledger's
-// charges for the real lane's keys and for the naive lane's keys.
+// handleCharges is GET /demo/charges?oncepay=K&naive=K&offline=K...: the
+// ledger's charges for the real lane's keys, the naive lane's keys and the
+// dead link case's keys.
 func (h *Handler) handleCharges(w http.ResponseWriter, r *http.Request) {
 	charges, err := h.Ledger.Charges(r.Context())
 	if err != nil {
@@ -176,7 +204,13 @@ func (h *Handler) handleCharges(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	out := map[string][]payment.Charge{"oncepay": {}, "naive": {}}
+	out["offline"] = []payment.Charge{}
 	for _, c := range charges {
+		for _, k := range q["offline"] {
+			if c.IdempotencyKey == payment.DownstreamKey(offlineScope, k) {
+				out["offline"] = append(out["offline"], c)
+			}
+		}
 		for _, k := range q["oncepay"] {
 			if c.IdempotencyKey == payment.DownstreamKey(h.Scope, k) {
 				out["oncepay"] = append(out["oncepay"], c)

@@ -11,7 +11,7 @@ import (
 // Faults are the simulated provider's failure knobs. The zero value is a
 // healthy provider that answers at once. In JSON:
 //
-//	{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0,"no_dedupe":false,
+//	{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0,"no_dedupe":false,"no_refund_limit":false,
 //	 "webhook_delay":"0s","webhook_duplicate":0,"webhook_reorder":0}
 type Faults struct {
 	Latency          time.Duration // waited before every Charge and Lookup
@@ -23,6 +23,11 @@ type Faults struct {
 	// promised, or whose key window has passed. Then only oncepay's own
 	// claim stands between a retry and a second charge.
 	NoDedupe bool
+	// NoRefundLimit makes the sim refund whatever it is asked, past what
+	// the charge holds: a bank that checks refunds late or not at all (a
+	// refund by transfer). Then only the merchant's own reservation stands
+	// between two refunds at once and more money out than came in.
+	NoRefundLimit bool
 
 	// The webhook knobs, for a sim that sends events (SetWebhook).
 	WebhookDelay     time.Duration // each event waits a random time up to this before its first delivery
@@ -41,10 +46,11 @@ func (f Faults) MarshalJSON() ([]byte, error) {
 		FailAfterCharge  float64 `json:"fail_after_charge"`
 		FailLookup       float64 `json:"fail_lookup"`
 		NoDedupe         bool    `json:"no_dedupe"`
+		NoRefundLimit    bool    `json:"no_refund_limit"`
 		WebhookDelay     string  `json:"webhook_delay"`
 		WebhookDuplicate float64 `json:"webhook_duplicate"`
 		WebhookReorder   float64 `json:"webhook_reorder"`
-	}{f.Latency.String(), f.FailBeforeCharge, f.FailAfterCharge, f.FailLookup, f.NoDedupe,
+	}{f.Latency.String(), f.FailBeforeCharge, f.FailAfterCharge, f.FailLookup, f.NoDedupe, f.NoRefundLimit,
 		f.WebhookDelay.String(), f.WebhookDuplicate, f.WebhookReorder})
 }
 
@@ -59,6 +65,7 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 		FailAfterCharge  *float64 `json:"fail_after_charge"`
 		FailLookup       *float64 `json:"fail_lookup"`
 		NoDedupe         bool     `json:"no_dedupe"`
+		NoRefundLimit    bool     `json:"no_refund_limit"`
 		WebhookDelay     string   `json:"webhook_delay"`
 		WebhookDuplicate float64  `json:"webhook_duplicate"`
 		WebhookReorder   float64  `json:"webhook_reorder"`
@@ -81,7 +88,7 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("webhook_delay: %w", err)
 		}
 	}
-	*f = Faults{latency, *v.FailBeforeCharge, *v.FailAfterCharge, *v.FailLookup, v.NoDedupe,
+	*f = Faults{latency, *v.FailBeforeCharge, *v.FailAfterCharge, *v.FailLookup, v.NoDedupe, v.NoRefundLimit,
 		delay, v.WebhookDuplicate, v.WebhookReorder}
 	return nil
 }

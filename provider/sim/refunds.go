@@ -86,7 +86,7 @@ func (s *Sim) Refund(ctx context.Context, req payment.ProviderRefundRequest) (pa
 			return nil
 		case err != nil:
 			return err
-		case currency != req.Currency || refunded+req.Amount > charged:
+		case currency != req.Currency || refunded+req.Amount > charged && !f.NoRefundLimit:
 			declined = &payment.DeclineError{Code: "amount_too_large",
 				Message: fmt.Sprintf("The charge has %d %s left to refund.", charged-refunded, currency)}
 			return nil

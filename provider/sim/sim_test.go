@@ -502,3 +502,29 @@ func TestKeyWindow(t *testing.T) {
 		t.Errorf("the new charge's key dedupes = %v, %v; want %s", again.ID, err, c2.ID)
 	}
 }
+
+// Like a bank, the sim refunds no more than the charge holds; with
+// no_refund_limit it refunds whatever it is asked (the workshop's refund
+// race needs a bank that does not check).
+func TestRefundLimit(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t)
+	c, err := s.Charge(ctx, visa("refund-limit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refund := func(key string) error {
+		_, err := s.Refund(ctx, payment.ProviderRefundRequest{IdempotencyKey: key, ChargeID: c.ID, Amount: c.Amount - 1, Currency: c.Currency})
+		return err
+	}
+	if err := refund("r1"); err != nil {
+		t.Fatalf("first refund: %v", err)
+	}
+	if _, declined := payment.IsDecline(refund("r2")); !declined {
+		t.Errorf("second refund past the charge: want a decline")
+	}
+	mustSetFaults(t, s, sim.Faults{NoRefundLimit: true})
+	if err := refund("r3"); err != nil {
+		t.Errorf("refund past the charge with no_refund_limit = %v, want it refunded", err)
+	}
+}

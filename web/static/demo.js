@@ -7,6 +7,21 @@ const STORM = 10;
 const LANES = ["naive", "oncepay"];
 
 const $ = (sel) => document.querySelector(sel);
+
+// STRINGS is the page's catalog in its language (web/i18n); T looks a key
+// up and fills {0}, {1}... A key the catalog lacks shows as ⟦key⟧, which
+// the tests look for.
+const STRINGS = JSON.parse(document.getElementById("i18n").textContent);
+// euro writes an amount in minor units as the page's language writes money.
+function euro(minor) {
+  return "€" + (minor / 100).toFixed(2).replace(".", T("num.decimal"));
+}
+
+function T(key, ...args) {
+  const s = STRINGS[key];
+  if (s === undefined) return "\u27e6" + key + "\u27e7";
+  return s.replace(/\{(\d)\}/g, (_, i) => String(args[Number(i)]));
+}
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // newKey makes an idempotency key for the naive lane's mistake and the
@@ -48,6 +63,7 @@ async function post(url, key, body) {
     entry.retryAfter = r.headers.get("Retry-After");
     entry.type = json.type ? json.type.replace("/problems/", "") : "";
     entry.charge = json.charge_id || "";
+    entry.id = json.id || "";
   } catch (err) {
     entry.status = "network error";
   }
@@ -122,10 +138,10 @@ function refreshLedger() {
 }
 
 function describe(e) {
-  if (e.status === "…") return "waiting…";
-  if (e.status === "network error") return "network error";
+  if (e.status === "…") return T("log.waiting");
+  if (e.status === "network error") return T("log.network_error");
   const parts = [String(e.status)];
-  if (e.replayed) parts.push("replayed");
+  if (e.replayed) parts.push(T("log.replayed"));
   if (e.type) parts.push(e.type);
   if (e.retryAfter) parts.push("Retry-After " + e.retryAfter);
   if (e.charge) parts.push(e.charge);
@@ -150,7 +166,7 @@ function item(text, cls, title) {
 function renderLog(lane) {
   const ol = $("#" + lane + "-log");
   ol.replaceChildren(...state.lanes[lane].log.map((e) => {
-    const li = item(describe(e), statusClass(e), "key " + e.key);
+    const li = item(describe(e), statusClass(e), T("log.key", e.key));
     li.dataset.status = String(e.status);
     if (e.replayed) li.dataset.replayed = "true";
     if (e.ms !== undefined) li.append(Object.assign(document.createElement("span"), { className: "ms", textContent: e.ms + " ms" }));
@@ -160,7 +176,7 @@ function renderLog(lane) {
 
 function renderLedger(lane, charges) {
   $("#" + lane + "-ledger").replaceChildren(...charges.map((c) =>
-    item(c.id + " · €" + (c.amount / 100).toFixed(2) + " · key " + c.idempotency_key.slice(0, 22) + "…")));
+    item(c.id + " · " + euro(c.amount) + " · " + T("log.key", c.idempotency_key.slice(0, 22) + "…"))));
   const n = $("#" + lane + "-count");
   n.textContent = String(charges.length);
   n.className = "n " + (charges.length > 1 ? "danger" : charges.length === 1 ? "good" : "");
@@ -211,22 +227,22 @@ async function caseReuse() {
   $("#" + id).replaceChildren();
   const key = newKey();
   const first = await post("/v1/payments", key, PRODUCT);
-  step(id, "€19.99 with key " + key.slice(0, 8) + "…: " + describe(first), statusClass(first));
+  step(id, T("reuse.first", key.slice(0, 8) + "…", describe(first)), statusClass(first));
   const other = await post("/v1/payments", key, { ...PRODUCT, amount: 2999 });
-  step(id, "€29.99 with the same key: " + describe(other), statusClass(other)).dataset.outcome = other.type;
+  step(id, T("reuse.other", describe(other)), statusClass(other)).dataset.outcome = other.type;
 }
 
 async function caseInProgress() {
   const id = "case-inprogress-log";
   $("#" + id).replaceChildren();
   const key = newKey();
-  step(id, "request 1 sent; the provider takes 1.5 s");
+  step(id, T("inprogress.sent"));
   const firstP = post("/v1/payments", key, PRODUCT);
   await sleep(300);
   const second = await post("/v1/payments", key, PRODUCT);
-  step(id, "request 2, same key, 300 ms later: " + describe(second), statusClass(second)).dataset.outcome = second.type;
+  step(id, T("inprogress.second", describe(second)), statusClass(second)).dataset.outcome = second.type;
   const first = await firstP;
-  step(id, "request 1 answers: " + describe(first), statusClass(first));
+  step(id, T("inprogress.first", describe(first)), statusClass(first));
 }
 
 async function caseCrash() {
@@ -235,15 +251,15 @@ async function caseCrash() {
   const key = newKey();
   const r = await fetch("/demo/crash", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ key }) });
   const crash = await r.json();
-  step(id, "claimed key " + key.slice(0, 8) + "…, provider charged " + (crash.charge_id || "nothing") + ", then the process died before recording", "err");
+  step(id, T("crash.claimed", key.slice(0, 8) + "…", crash.charge_id || T("crash.nothing")), "err");
   const before = await attemptOf(key);
-  step(id, "the attempt is stuck: " + before.status + (before.stale ? " (stale)" : ""), "warn").dataset.outcome = before.status;
+  step(id, T("crash.stuck", before.status) + (before.stale ? " " + T("crash.stale") : ""), "warn").dataset.outcome = before.status;
   const rec = await (await fetch("/demo/reconcile", { method: "POST" })).json();
-  step(id, "reconcile asked the provider by key: " + rec.summary);
+  step(id, T("crash.reconciled", rec.checked, rec.succeeded, rec.failed, rec.unknown));
   const after = await attemptOf(key);
-  step(id, "the attempt is now " + after.status + (after.charge_id ? " with " + after.charge_id : ""), after.status === "succeeded" ? "ok" : "bad").dataset.outcome = after.status;
+  step(id, T("crash.now", after.status) + (after.charge_id ? " · " + after.charge_id : ""), after.status === "succeeded" ? "ok" : "bad").dataset.outcome = after.status;
   const retry = await post("/v1/payments", key, CRASH_BODY);
-  step(id, "the client's retry: " + describe(retry), statusClass(retry));
+  step(id, T("crash.retry", describe(retry)), statusClass(retry));
 }
 
 async function attemptOf(key) {
