@@ -96,11 +96,14 @@ func (o *offlineConfig) validate() error {
 type deliveryConfig struct {
 	schedule      string
 	timeout       time.Duration
+	backoff       backoffFlag
 	allowInsecure bool
 }
 
 func (d *deliveryConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&d.timeout, "delivery-timeout", payment.DefaultDeliveryTimeout, "longest wait for a merchant's endpoint to answer one delivery; past it the delivery is tried again later")
+	d.backoff = backoffFlag(payment.DefaultDeliverySchedule)
+	fs.Var(&d.backoff, "delivery-backoff", "waits before each try again of a delivery that failed, comma-separated (each within a tenth either way); past the last, it has failed for good. Short ones are for tests")
 	fs.BoolVar(&d.allowInsecure, "allow-insecure-endpoints", false, "deliver events to http:// endpoints and to loopback, private and link-local addresses too: for tests on one machine, never on the internet (an endpoint's URL is its merchant's to choose)")
 }
 
@@ -108,13 +111,57 @@ func (d *deliveryConfig) validate() error {
 	if d.timeout <= 0 || d.timeout > 5*time.Minute {
 		return fmt.Errorf("--delivery-timeout %s: want more than 0 and at most 5m", d.timeout)
 	}
-	return nil
+	return d.backoff.validate()
 }
 
 // deliverer is the deliverer of db's events, logging to log.
 func (d *deliveryConfig) deliverer(db payment.EndpointStore, log *slog.Logger) (*payment.Deliverer, error) {
-	return payment.NewDeliverer(payment.Deliverer{Store: db, Log: log, Timeout: d.timeout,
+	return payment.NewDeliverer(payment.Deliverer{Store: db, Log: log, Timeout: d.timeout, Schedule: d.backoff,
 		Sender: outbound.New(outbound.Options{AllowInsecure: d.allowInsecure, UserAgent: "oncepay/" + versionString()})})
+}
+
+// backoffFlag is --delivery-backoff: the waits before each try again of a
+// failed delivery, comma-separated.
+type backoffFlag []time.Duration
+
+// maxBackoffTries bounds the schedule: a delivery owed for ever would
+// hold its event from the purge for ever.
+const maxBackoffTries = 50
+
+func (b *backoffFlag) String() string {
+	if b == nil {
+		return ""
+	}
+	waits := make([]string, len(*b))
+	for i, d := range *b {
+		waits[i] = d.String()
+	}
+	return strings.Join(waits, ",")
+}
+
+func (b *backoffFlag) Set(s string) error {
+	var waits []time.Duration
+	for _, w := range strings.Split(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(w))
+		if err != nil {
+			return err
+		}
+		waits = append(waits, d)
+	}
+	*b = waits
+	return nil
+}
+
+func (b backoffFlag) validate() error {
+	if len(b) == 0 || len(b) > maxBackoffTries {
+		return fmt.Errorf("--delivery-backoff: %d waits, want 1 to %d", len(b), maxBackoffTries)
+	}
+	for _, d := range b {
+		if d <= 0 || d > 7*24*time.Hour {
+			return fmt.Errorf("--delivery-backoff: a wait of %s, want more than 0 and at most 168h", d)
+		}
+	}
+	return nil
 }
 
 func (c *config) registerStore(fs *flag.FlagSet) {
