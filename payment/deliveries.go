@@ -212,6 +212,30 @@ func (d *Deliverer) deliver(ctx context.Context, dd DueDelivery) (res DeliverRes
 	return res, nil
 }
 
+// Redeliver sends the event eventID to the endpoint endpointID again now,
+// as an operator asks: a delivery failed for good, or one delivered that
+// the merchant wants again. The store starts the delivery over (due now,
+// untried, under a new fence) and this deliverer tries it as a run does,
+// claimed with a lease and fenced, so a run racing it does not send it
+// too. A try that fails is tried again on the Schedule, from its start.
+// Skipped in the result: a run claimed it first, and is sending it.
+func (d *Deliverer) Redeliver(ctx context.Context, eventID, endpointID string) (res DeliverResult, err error) {
+	if d.Timeout <= 0 {
+		return res, errors.New("payment: deliverer: Timeout is not set; build it with NewDeliverer")
+	}
+	dd, err := d.Store.RedeliverDelivery(ctx, eventID, endpointID, d.Now())
+	if err != nil {
+		return res, err
+	}
+	res, err = d.deliver(ctx, dd)
+	res.Due = 1
+	if d.Observe != nil {
+		d.Observe(res)
+	}
+	d.Log.Info("delivery: sent again", "event_id", eventID, "endpoint_id", endpointID, "result", res.String(), "err", err)
+	return res, err
+}
+
 // jitter spreads a wait by up to a tenth either way, so that the
 // deliveries that failed together do not all come back together.
 func jitter(d time.Duration) time.Duration {
