@@ -681,7 +681,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	m.Deliveries(a.db.DeliveryBacklog, time.Now)
 	m.Offline(a.db.QueueTotals, a.linkUpFunc(), time.Now)
 	a.service.ObserveQueue = m.Queued
-	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Queue: a.db, Forwarder: fwd, Link: a.linkState, Endpoints: a.db,
+	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Queue: a.db, Forwarder: fwd, Link: a.linkState, Endpoints: a.db, Deliverer: dlv,
 		Token: cfg.adminToken, Open: demo}
 	if demo && a.sim != nil {
 		srvCfg.Workshop = workshop.New(a.service, rec, a.sim, server.DemoScope)

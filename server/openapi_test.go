@@ -213,6 +213,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	}()
 
 	other := otherAnswers(t, e, scope, createdID, bearer)
+	other = append(other, redeliveryAnswers(t, e)...)
 	ep, err := payment.NewEndpoint(scope, "https://merchant.example/hooks", nil, false, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -545,6 +546,60 @@ func otherAnswers(t *testing.T, e *env, scope, paid string, bearer []string) []a
 		{"sim refunds head", "HEAD", "/sim/refunds", admin("HEAD", "/sim/refunds"), 200, ""},
 		{"sim calls head", "HEAD", "/sim/calls", admin("HEAD", "/sim/calls"), 200, ""},
 		{"sim faults head", "HEAD", "/sim/faults", admin("HEAD", "/sim/faults"), 200, ""},
+	}
+}
+
+// redeliveryAnswers are the answers of an endpoint's "send again", from a
+// merchant of its own: sent (a redirect), refused cross-origin, unknown,
+// held by a deliverer, to a disabled endpoint, and with the writer locked.
+func redeliveryAnswers(t *testing.T, e *env) []answerCase {
+	t.Helper()
+	ctx := context.Background()
+	e.Client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	admin := func(path string, headers ...string) response {
+		return e.do("POST", path, nil, append(headers, "Authorization", "Bearer spec-admin")...)
+	}
+	scope, secret := e.apiKey("spec-deliveries")
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(hook.Close)
+	endpoint := func() payment.Endpoint {
+		ep, err := payment.NewEndpoint(scope, hook.URL, nil, true, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.DB.CreateEndpoint(ctx, ep); err != nil {
+			t.Fatal(err)
+		}
+		return ep
+	}
+	ep, gone := endpoint(), endpoint()
+	e.pay("spec-delivered", visa, "Authorization", "Bearer "+secret)
+	e.pay("spec-held", visa, "Authorization", "Bearer "+secret)
+	es, err := e.DB.OutboxEvents(ctx, payment.OutboxFilter{Scope: scope, Limit: 2})
+	if err != nil || len(es) != 2 {
+		t.Fatalf("events = %v, %v, want 2", es, err)
+	}
+	held, sent := es[0].ID, es[1].ID
+	if err := e.DB.DisableEndpoint(ctx, gone.ID, "spec", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ds, _ := e.DB.Deliveries(ctx, ep.ID, 10)
+	for _, d := range ds {
+		if d.EventID == held {
+			if _, ok, err := e.DB.ClaimDelivery(ctx, held, ep.ID, d.Fence, time.Now(), time.Now().Add(time.Hour)); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+		}
+	}
+	path := func(ep, ev string) string { return "/admin/endpoints/" + ep + "/deliveries/" + ev + "/redeliver" }
+	crossSite := []string{"Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"}
+	return []answerCase{
+		{"admin send again", "POST", path(ep.ID, sent), admin(path(ep.ID, sent)), 303, ""},
+		{"admin send again cross-origin", "POST", path(ep.ID, sent), admin(path(ep.ID, sent), crossSite...), 403, payment.ProblemCrossOrigin},
+		{"admin send again unknown", "POST", path(ep.ID, "evt_NOPE"), admin(path(ep.ID, "evt_NOPE")), 404, payment.ProblemNotFound},
+		{"admin send again held", "POST", path(ep.ID, held), admin(path(ep.ID, held)), 409, payment.ProblemInProgress},
+		{"admin send again disabled", "POST", path(gone.ID, sent), admin(path(gone.ID, sent)), 400, payment.ProblemInvalidRequest},
+		{"admin send again, locked", "POST", path(ep.ID, sent), whileLocked(t, e, func() response { return admin(path(ep.ID, sent)) }), 503, payment.ProblemUnavailable},
 	}
 }
 
