@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -792,6 +794,120 @@ func TestOpenAPIRequestLimits(t *testing.T) {
 		r := e.refund(id, fmt.Sprintf("limits-refund-%d", i), body)
 		if serverOK := r.Status != 400; serverOK != specOK {
 			t.Errorf("refund %s: spec accepts %v, server answers %d %s", body, specOK, r.Status, r.Body)
+		}
+	}
+}
+
+// The document's webhooks are what oncepay sends a merchant's endpoint:
+// one for every event type, and every real delivery of each type (a
+// payment charged, declined, queued and expired; a refund made and
+// declined) has the headers the webhook lists and a body its schema
+// takes.
+func TestWebhooksMatchOpenAPI(t *testing.T) {
+	c := &clock{t: time.Now().UTC()}
+	e := newEnv(t, envOptions{auth: true, now: c.now})
+	scope, secret := e.apiKey("hooks")
+	bearer := []string{"Authorization", "Bearer " + secret}
+	lim := payment.OfflineLimits{MaxAmount: 1000, MaxTotal: 2500, MaxAge: time.Hour}
+	if err := e.DB.SetOfflineLimits(context.Background(), scope, &lim); err != nil {
+		t.Fatal(err)
+	}
+	type delivery struct {
+		header http.Header
+		body   []byte
+	}
+	var (
+		mu  sync.Mutex
+		got []delivery
+	)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, delivery{r.Header.Clone(), b})
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(hook.Close)
+	ep, err := payment.NewEndpoint(scope, hook.URL, nil, true, c.now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DB.CreateEndpoint(context.Background(), ep); err != nil {
+		t.Fatal(err)
+	}
+
+	refund := func(id, key, body string) response {
+		return e.do("POST", "/v1/payments/"+id+"/refunds", []byte(body), append([]string{"Idempotency-Key", key, "Content-Type", "application/json"}, bearer...)...)
+	}
+	paid := e.pay("hook-paid", visa, bearer...).payment(t)
+	e.pay("hook-declined", `{"amount":500,"currency":"EUR","source":"tok_chargeDeclined"}`, bearer...)
+	if r := refund(paid.ID, "hook-refund", `{"amount":100}`); r.Status != 201 {
+		t.Fatalf("refund = %d %s", r.Status, r.Body)
+	}
+	refundProblems(t, e, scope, e.pay("hook-refunded-elsewhere", visa, bearer...), refund)
+	e.setFaults(sim.Faults{FailBeforeCharge: 1})
+	if r := e.pay("hook-queued", visa, bearer...); r.Status != 202 {
+		t.Fatalf("payment with the provider down = %d %s, want 202 queued", r.Status, r.Body)
+	}
+	c.add(2 * time.Hour)
+	if res := e.forward(); res.Expired != 1 {
+		t.Fatalf("forward past the max age = %v, want it expired", res)
+	}
+	if res, err := e.Deliverer.RunOnce(context.Background()); err != nil || res.Delivered != res.Due {
+		t.Fatalf("RunOnce = %+v, %v, want every event delivered", res, err)
+	}
+
+	doc, err := openapi3.NewLoader().LoadFromData(web.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range payment.EventTypes {
+		if item := doc.Webhooks[string(typ)]; item == nil || item.Post == nil {
+			t.Errorf("openapi.yaml has no webhook %s: document its payload under webhooks", typ)
+		}
+	}
+	for name := range doc.Webhooks {
+		if !payment.ValidEventType(payment.EventType(name)) {
+			t.Errorf("openapi.yaml has a webhook %s, which is no event type", name)
+		}
+	}
+	seen := map[string]int{}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, d := range got {
+		var head struct{ Type string }
+		json.Unmarshal(d.body, &head)
+		seen[head.Type]++
+		item := doc.Webhooks[head.Type]
+		if item == nil || item.Post == nil {
+			continue // reported above
+		}
+		op := item.Post
+		for _, p := range op.Parameters {
+			v := d.header.Get(p.Value.Name)
+			if v == "" && p.Value.Required {
+				t.Errorf("%s: no %s header", head.Type, p.Value.Name)
+				continue
+			}
+			if err := p.Value.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+				t.Errorf("%s: header %s %q does not match the webhook: %v", head.Type, p.Value.Name, v, err)
+			}
+		}
+		if d.header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s: Content-Type %q", head.Type, d.header.Get("Content-Type"))
+		}
+		var body any
+		if err := json.Unmarshal(d.body, &body); err != nil {
+			t.Fatal(err)
+		}
+		schema := op.RequestBody.Value.Content.Get("application/json").Schema.Value
+		if err := schema.VisitJSON(body, openapi3.EnableJSONSchema2020()); err != nil {
+			t.Errorf("%s: %s does not match the webhook: %v", head.Type, d.body, err)
+		}
+	}
+	for _, typ := range []string{"payment.succeeded", "payment.failed", "payment.queued", "payment.expired", "refund.succeeded", "refund.failed"} {
+		if seen[typ] == 0 {
+			t.Errorf("no delivery of %s was checked (seen: %v)", typ, seen)
 		}
 	}
 }
