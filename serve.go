@@ -97,6 +97,7 @@ type deliveryConfig struct {
 	schedule      string
 	timeout       time.Duration
 	backoff       backoffFlag
+	parallel      int
 	allowInsecure bool
 }
 
@@ -104,6 +105,7 @@ func (d *deliveryConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&d.timeout, "delivery-timeout", payment.DefaultDeliveryTimeout, "longest wait for a merchant's endpoint to answer one delivery; past it the delivery is tried again later")
 	d.backoff = backoffFlag(payment.DefaultDeliverySchedule)
 	fs.Var(&d.backoff, "delivery-backoff", "waits before each try again of a delivery that failed, comma-separated (each within a tenth either way); past the last, it has failed for good. Short ones are for tests")
+	fs.IntVar(&d.parallel, "delivery-parallel", payment.DefaultDeliveryParallel, "deliveries one deliverer run tries at once: more keep up with more payments (their writes share commits), fewer hold back less of the others when endpoints hang")
 	fs.BoolVar(&d.allowInsecure, "allow-insecure-endpoints", false, "deliver events to http:// endpoints and to loopback, private and link-local addresses too: for tests on one machine, never on the internet (an endpoint's URL is its merchant's to choose)")
 }
 
@@ -111,12 +113,15 @@ func (d *deliveryConfig) validate() error {
 	if d.timeout <= 0 || d.timeout > 5*time.Minute {
 		return fmt.Errorf("--delivery-timeout %s: want more than 0 and at most 5m", d.timeout)
 	}
+	if d.parallel < 1 || d.parallel > 1024 {
+		return fmt.Errorf("--delivery-parallel %d: want 1 to 1024", d.parallel)
+	}
 	return d.backoff.validate()
 }
 
 // deliverer is the deliverer of db's events, logging to log.
 func (d *deliveryConfig) deliverer(db payment.EndpointStore, log *slog.Logger) (*payment.Deliverer, error) {
-	return payment.NewDeliverer(payment.Deliverer{Store: db, Log: log, Timeout: d.timeout, Schedule: d.backoff,
+	return payment.NewDeliverer(payment.Deliverer{Store: db, Log: log, Timeout: d.timeout, Schedule: d.backoff, Parallel: d.parallel,
 		Sender: outbound.New(outbound.Options{AllowInsecure: d.allowInsecure, UserAgent: "oncepay/" + versionString()})})
 }
 
