@@ -59,10 +59,12 @@ type Deliverer struct {
 	// DisableAfter is how long an endpoint may fail, with no success,
 	// before it is disabled.
 	DisableAfter time.Duration
-	// Limit caps the deliveries one run takes; Parallel how many are in
-	// flight at once, so one slow endpoint does not hold up the others.
+	// Limit caps the deliveries one batch of a run takes; Parallel how
+	// many are in flight at once, so one slow endpoint does not hold up the
+	// others.
 	Limit, Parallel int
-	// Observe, if set, is told what every run did.
+	// Observe, if set, is told what every batch of a run, and every
+	// Redeliver, did.
 	Observe func(DeliverResult)
 }
 
@@ -112,16 +114,30 @@ func (r DeliverResult) String() string {
 		r.Due, r.Delivered, r.Retried, r.GaveUp, r.Skipped, r.Disabled)
 }
 
-// RunOnce makes a try of every delivery due now, Parallel at a time.
+// RunOnce makes a try of every delivery due now, Parallel at a time, in
+// batches of Limit. While a batch comes back full more may be due, and the
+// run goes on (as the purge does), so a backlog drains as fast as
+// deliveries are made, not Limit per tick of the schedule. Observe is told
+// of each batch.
 func (d *Deliverer) RunOnce(ctx context.Context) (res DeliverResult, err error) {
 	if d.Limit < 1 || d.Parallel < 1 || d.Timeout <= 0 {
 		return res, errors.New("payment: deliverer: Limit, Parallel or Timeout is not set; build it with NewDeliverer")
 	}
-	defer func() {
+	for {
+		b, err := d.batch(ctx)
+		res.Due += b.Due
+		res.add(b)
 		if d.Observe != nil {
-			d.Observe(res)
+			d.Observe(b)
 		}
-	}()
+		if err != nil || b.Due < d.Limit || ctx.Err() != nil {
+			return res, err
+		}
+	}
+}
+
+// batch tries up to Limit deliveries due now, Parallel at a time.
+func (d *Deliverer) batch(ctx context.Context) (res DeliverResult, err error) {
 	due, err := d.Store.DueDeliveries(ctx, d.Now(), d.Limit)
 	if err != nil {
 		return res, err

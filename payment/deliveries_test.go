@@ -3,9 +3,11 @@ package payment_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -397,5 +399,29 @@ func TestRedeliver(t *testing.T) {
 	}
 	if got := f.srv.count(id); got != before {
 		t.Errorf("refused redeliveries sent %d copies", got-before)
+	}
+}
+
+// A run goes on while its batches come back full: a backlog of more than
+// Limit is delivered in one run, each event once, and Observe hears of
+// each batch.
+func TestRunDrainsTheBacklogInBatches(t *testing.T) {
+	var batches []payment.DeliverResult
+	f := newDeliveryFixture(t, payment.Deliverer{Limit: 3, Observe: func(r payment.DeliverResult) { batches = append(batches, r) }})
+	var ids []string
+	for i := range 7 {
+		ids = append(ids, f.pay(t, fmt.Sprint("k", i)))
+	}
+	if res := f.run(t); res != (payment.DeliverResult{Due: 7, Delivered: 7}) {
+		t.Errorf("RunOnce = %+v, want all 7 delivered in one run", res)
+	}
+	for _, id := range ids {
+		if got := f.srv.count(id); got != 1 {
+			t.Errorf("%s delivered %d times, want once", id, got)
+		}
+	}
+	want := []payment.DeliverResult{{Due: 3, Delivered: 3}, {Due: 3, Delivered: 3}, {Due: 1, Delivered: 1}}
+	if !slices.Equal(batches, want) {
+		t.Errorf("batches observed = %+v, want %+v", batches, want)
 	}
 }
