@@ -35,7 +35,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&cfg.StormSize, "storm-size", 1000, "storm: requests sent at once on one key")
 	fs.IntVar(&cfg.ReplayKeys, "replay-keys", 1000, "replay: payments created first, then replayed")
 	fs.BoolVar(&deliveries, "deliveries", false, "start this binary as serve on temporary files with one merchant and one endpoint at a fast receiver on loopback, run new payments for --duration, and print the events delivered per second beside the payments per second, and how long the backlog took to drain; --url, --api-key and --scope are not used")
-	fs.StringVar(&serveFlags, "serve-flags", "--deliver-schedule @every 1s", "with --deliveries: flags for the serve it starts, space-separated")
+	fs.StringVar(&serveFlags, "serve-flags", "", "with --deliveries: flags for the serve it starts, space-separated (a value runs to the next --); default serve's own")
 	fs.BoolVar(&compare, "compare", false, "run every scenario against this binary started as a demo server on temporary files, with group commit and then with --max-batch 1, measure the SQL ceiling of each, and print the ratios; --url, --api-key and --scope are not used")
 	if _, err := parseFlags(fs, args, getenv); err != nil {
 		return err

@@ -34,7 +34,7 @@ const (
 	DefaultDeliveryTimeout  = 10 * time.Second
 	DefaultDisableAfter     = 72 * time.Hour
 	DefaultDeliveryLimit    = 500
-	DefaultDeliveryParallel = 8
+	DefaultDeliveryParallel = 32
 )
 
 // Deliverer sends merchants their events, at least once: each delivery is
