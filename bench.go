@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/oncepay/oncepay/loadtest"
@@ -19,6 +20,9 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		cfg      loadtest.Config
 		scenario string
 		compare  bool
+		// deliveries measures events delivered beside payments made.
+		deliveries bool
+		serveFlags string
 	)
 	fs := newFlagSet("bench", "bench [flags]", stderr)
 	fs.StringVar(&cfg.URL, "url", "http://127.0.0.1:8080", "base URL of the running oncepay to load")
@@ -30,6 +34,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&cfg.Connections, "connections", 64, "keep-alive connections, one worker each")
 	fs.IntVar(&cfg.StormSize, "storm-size", 1000, "storm: requests sent at once on one key")
 	fs.IntVar(&cfg.ReplayKeys, "replay-keys", 1000, "replay: payments created first, then replayed")
+	fs.BoolVar(&deliveries, "deliveries", false, "start this binary as serve on temporary files with one merchant and one endpoint at a fast receiver on loopback, run new payments for --duration, and print the events delivered per second beside the payments per second, and how long the backlog took to drain; --url, --api-key and --scope are not used")
+	fs.StringVar(&serveFlags, "serve-flags", "", "with --deliveries: flags for the serve it starts, space-separated (a value runs to the next --); default serve's own")
 	fs.BoolVar(&compare, "compare", false, "run every scenario against this binary started as a demo server on temporary files, with group commit and then with --max-batch 1, measure the SQL ceiling of each, and print the ratios; --url, --api-key and --scope are not used")
 	if _, err := parseFlags(fs, args, getenv); err != nil {
 		return err
@@ -37,6 +43,9 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	cfg.Scenario = loadtest.Scenario(scenario)
 	if compare {
 		return benchCompare(ctx, cfg, stdout)
+	}
+	if deliveries {
+		return benchDeliveries(ctx, cfg, splitFlags(serveFlags), stdout)
 	}
 	rep, err := loadtest.Run(ctx, cfg)
 	if err != nil {
@@ -74,4 +83,45 @@ func benchCompare(ctx context.Context, cfg loadtest.Config, stdout io.Writer) er
 		return fmt.Errorf("%d invariant violations", n)
 	}
 	return nil
+}
+
+// benchDeliveries runs loadtest.Deliveries with this very binary as the
+// server, on files in a temporary directory.
+func benchDeliveries(ctx context.Context, cfg loadtest.Config, serve []string, stdout io.Writer) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "oncepay-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	res, err := loadtest.Deliveries(ctx, loadtest.DeliveryConfig{Exe: exe, Dir: dir, Load: cfg, Serve: serve, Progress: stdout})
+	if err != nil {
+		return err
+	}
+	res.Write(stdout)
+	if n := res.Violations(); n > 0 {
+		return fmt.Errorf("%d invariant violations", n)
+	}
+	return nil
+}
+
+// splitFlags splits "--a x --b @every 1s" into its flags and their values:
+// a value runs to the next word that begins with "--", spaces and all.
+func splitFlags(s string) []string {
+	var args []string
+	valued := false // the last arg is a value, which the next word extends
+	for _, w := range strings.Fields(s) {
+		switch {
+		case strings.HasPrefix(w, "--"):
+			args, valued = append(args, w), false
+		case valued:
+			args[len(args)-1] += " " + w
+		default:
+			args, valued = append(args, w), true
+		}
+	}
+	return args
 }

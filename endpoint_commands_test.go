@@ -79,25 +79,7 @@ func TestEndpointCommands(t *testing.T) {
 // with the secret endpoint add printed; without --allow-insecure-endpoints
 // a loopback endpoint is refused and its delivery left for later.
 func TestDeliverCommand(t *testing.T) {
-	dir := t.TempDir()
-	db := filepath.Join(dir, "oncepay.db")
-	store, err := (&config{db: db}).openStore(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	bank, err := sim.Open(filepath.Join(dir, "sim.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bank.Close() })
-	svc := &payment.Service{Store: store, Provider: bank, ProviderName: "sim", Log: slog.New(slog.DiscardHandler), Now: time.Now,
-		ProviderTimeout: 5 * time.Second, Lease: 30 * time.Second}
-	m, err := store.CreateMerchant(context.Background(), "Shop", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	scope := m.ID
+	db, svc, scope := deliverSetup(t)
 	var secret atomic.Value
 	var verified atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -129,5 +111,72 @@ func TestDeliverCommand(t *testing.T) {
 	}
 	if verified.Load() != 1 {
 		t.Errorf("deliveries the reference library verified = %d, want 1", verified.Load())
+	}
+}
+
+// deliverSetup is a database with a merchant, and the service that makes
+// its payments (and so its events) in this process.
+func deliverSetup(t *testing.T) (db string, svc *payment.Service, scope string) {
+	t.Helper()
+	dir := t.TempDir()
+	db = filepath.Join(dir, "oncepay.db")
+	store, err := (&config{db: db}).openStore(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	bank, err := sim.Open(filepath.Join(dir, "sim.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bank.Close() })
+	svc = &payment.Service{Store: store, Provider: bank, ProviderName: "sim", Log: slog.New(slog.DiscardHandler), Now: time.Now,
+		ProviderTimeout: 5 * time.Second, Lease: 30 * time.Second}
+	m, err := store.CreateMerchant(context.Background(), "Shop", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, svc, m.ID
+}
+
+// --delivery-backoff is the deliverer's schedule: with one short wait, a
+// delivery answered 500 is due again once it has passed and, failing
+// again, has failed for good; with the default it waits about a minute.
+// A list that is not durations, or a wait not positive, is refused.
+func TestDeliveryBackoffFlag(t *testing.T) {
+	db, svc, scope := deliverSetup(t)
+	var tries atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tries.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(srv.Close)
+	cli(t, false, "endpoint", "add", "--merchant", scope, "--url", srv.URL, "--allow-insecure-endpoints", "--db", db)
+	pay := func(key string) {
+		t.Helper()
+		if _, err := svc.Pay(context.Background(), scope, key, payment.Request{Amount: 100, Currency: "EUR", Source: "tok_visa"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver := func(want string, flags ...string) {
+		t.Helper()
+		out := cli(t, false, append([]string{"deliver", "--db", db, "--allow-insecure-endpoints"}, flags...)...)
+		if !strings.Contains(out, want) {
+			t.Errorf("deliver %s printed %q, want %q", strings.Join(flags, " "), out, want)
+		}
+	}
+	short := []string{"--delivery-backoff", "50ms"}
+	pay("short")
+	deliver("1 due, 0 delivered, 1 to try again", short...)
+	time.Sleep(100 * time.Millisecond) // past 50ms and its tenth
+	deliver("1 due, 0 delivered, 0 to try again, 1 failed for good", short...)
+	pay("default")
+	deliver("1 due, 0 delivered, 1 to try again")
+	deliver("0 due")
+	if got := tries.Load(); got != 3 {
+		t.Errorf("tries the endpoint got = %d, want 3", got)
+	}
+	for _, bad := range []string{"", "0s", "-1s", "1m,x", "1m,,5m", "200h", strings.Repeat("1s,", 50) + "1s"} {
+		cli(t, true, "deliver", "--db", db, "--delivery-backoff", bad)
 	}
 }

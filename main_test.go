@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -614,6 +615,18 @@ func TestSimWebhookSecretForms(t *testing.T) {
 		}
 		if warned := strings.Contains(logs.String(), "shorter than 16 bytes"); warned != tt.warning {
 			t.Errorf("serve --sim-webhook-secret %s: warned of a short key %v, want %v:\n%s", tt.secret, warned, tt.warning, logs.String())
+		}
+	}
+}
+
+func TestSplitFlags(t *testing.T) {
+	for in, want := range map[string][]string{
+		"":                                     nil,
+		"--deliver-schedule @every 1s":         {"--deliver-schedule", "@every 1s"},
+		"--max-batch 1 --deliver-schedule=off": {"--max-batch", "1", "--deliver-schedule=off"},
+	} {
+		if got := splitFlags(in); !slices.Equal(got, want) {
+			t.Errorf("splitFlags(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

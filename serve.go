@@ -97,11 +97,16 @@ func (o *offlineConfig) validate() error {
 type deliveryConfig struct {
 	schedule      string
 	timeout       time.Duration
+	backoff       backoffFlag
+	parallel      int
 	allowInsecure bool
 }
 
 func (d *deliveryConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&d.timeout, "delivery-timeout", payment.DefaultDeliveryTimeout, "longest wait for a merchant's endpoint to answer one delivery; past it the delivery is tried again later")
+	d.backoff = backoffFlag(payment.DefaultDeliverySchedule)
+	fs.Var(&d.backoff, "delivery-backoff", "waits before each try again of a delivery that failed, comma-separated (each within a tenth either way); past the last, it has failed for good. Short ones are for tests")
+	fs.IntVar(&d.parallel, "delivery-parallel", payment.DefaultDeliveryParallel, "deliveries one deliverer run tries at once: more keep up with more payments (their writes share commits), fewer hold back less of the others when endpoints hang")
 	fs.BoolVar(&d.allowInsecure, "allow-insecure-endpoints", false, "deliver events to http:// endpoints and to loopback, private and link-local addresses too: for tests on one machine, never on the internet (an endpoint's URL is its merchant's to choose)")
 }
 
@@ -109,13 +114,60 @@ func (d *deliveryConfig) validate() error {
 	if d.timeout <= 0 || d.timeout > 5*time.Minute {
 		return fmt.Errorf("--delivery-timeout %s: want more than 0 and at most 5m", d.timeout)
 	}
-	return nil
+	if d.parallel < 1 || d.parallel > 1024 {
+		return fmt.Errorf("--delivery-parallel %d: want 1 to 1024", d.parallel)
+	}
+	return d.backoff.validate()
 }
 
 // deliverer is the deliverer of db's events, logging to log.
 func (d *deliveryConfig) deliverer(db payment.EndpointStore, log *slog.Logger) (*payment.Deliverer, error) {
-	return payment.NewDeliverer(payment.Deliverer{Store: db, Log: log, Timeout: d.timeout,
+	return payment.NewDeliverer(payment.Deliverer{Store: db, Log: log, Timeout: d.timeout, Schedule: d.backoff, Parallel: d.parallel,
 		Sender: outbound.New(outbound.Options{AllowInsecure: d.allowInsecure, UserAgent: "oncepay/" + versionString()})})
+}
+
+// backoffFlag is --delivery-backoff: the waits before each try again of a
+// failed delivery, comma-separated.
+type backoffFlag []time.Duration
+
+// maxBackoffTries bounds the schedule: a delivery owed for ever would
+// hold its event from the purge for ever.
+const maxBackoffTries = 50
+
+func (b *backoffFlag) String() string {
+	if b == nil {
+		return ""
+	}
+	waits := make([]string, len(*b))
+	for i, d := range *b {
+		waits[i] = d.String()
+	}
+	return strings.Join(waits, ",")
+}
+
+func (b *backoffFlag) Set(s string) error {
+	var waits []time.Duration
+	for _, w := range strings.Split(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(w))
+		if err != nil {
+			return err
+		}
+		waits = append(waits, d)
+	}
+	*b = waits
+	return nil
+}
+
+func (b backoffFlag) validate() error {
+	if len(b) == 0 || len(b) > maxBackoffTries {
+		return fmt.Errorf("--delivery-backoff: %d waits, want 1 to %d", len(b), maxBackoffTries)
+	}
+	for _, d := range b {
+		if d <= 0 || d > 7*24*time.Hour {
+			return fmt.Errorf("--delivery-backoff: a wait of %s, want more than 0 and at most 168h", d)
+		}
+	}
+	return nil
 }
 
 func (c *config) registerStore(fs *flag.FlagSet) {
@@ -640,7 +692,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	m.Deliveries(a.db.DeliveryBacklog, time.Now)
 	m.Offline(a.db.QueueTotals, a.linkUpFunc(), time.Now)
 	a.service.ObserveQueue = m.Queued
-	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Queue: a.db, Forwarder: fwd, Link: a.linkState, Endpoints: a.db,
+	srvCfg.Admin = server.Admin{Store: a.db, Reconciler: rec, Queue: a.db, Forwarder: fwd, Link: a.linkState, Endpoints: a.db, Deliverer: dlv,
 		Token: cfg.adminToken, Open: demo}
 	if demo && a.sim != nil {
 		srvCfg.Workshop = workshop.New(workshop.Config{Service: a.service, Reconciler: rec, Inbox: inbox, Forwarder: fwd, Ledger: a.sim, Scope: server.DemoScope})

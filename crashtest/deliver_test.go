@@ -84,7 +84,9 @@ func TestDeliveryCrashPoints(t *testing.T) {
 			m := createAPIKey(t, db)
 			hook := newMerchantEndpoint(t)
 			hook.secret.Store(lastLine(runCLI(t, "endpoint", "add", "--merchant", m.scope, "--url", hook.URL, "--allow-insecure-endpoints", "--db", db)))
-			deliver := []string{"--allow-insecure-endpoints", "--deliver-schedule", "@every 1s", "--delivery-timeout", "300ms"}
+			// A try that times out on a loaded machine is tried again within
+			// seconds, not after the default schedule's minute.
+			deliver := []string{"--allow-insecure-endpoints", "--deliver-schedule", "@every 1s", "--delivery-timeout", "300ms", "--delivery-backoff", "1s"}
 
 			srv := startServe(t, db, sim.url, fast, nil, "--deliver-schedule", "off")
 			c := newClient()

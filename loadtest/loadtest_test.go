@@ -3,6 +3,9 @@ package loadtest_test
 import (
 	"context"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +115,34 @@ func TestStoreCeiling(t *testing.T) {
 	}
 	if c.Payments == 0 || counts[payment.Succeeded] != c.Payments || c.Writes != 2*int64(c.Payments) {
 		t.Errorf("ceiling = %+v, succeeded rows = %d, want every payment claimed and recorded", c, counts[payment.Succeeded])
+	}
+}
+
+// The delivery benchmark with the real binary: every event a payment made
+// reaches the receiver once, the counts add up, the ledger checks.
+func TestDeliveriesSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "oncepay")
+	build := exec.Command("go", "build", "-o", exe, "..")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	res, err := loadtest.Deliveries(context.Background(), loadtest.DeliveryConfig{Exe: exe, Dir: dir,
+		Load: loadtest.Config{Duration: time.Second, Connections: 4}, Serve: []string{"--deliver-schedule", "@every 1s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Events == 0 || res.Received != res.Events || res.Duplicates != 0 || res.InWindow > res.Received || res.Violations() != 0 {
+		t.Errorf("events %d, received %d (%d in the window), %d duplicates, %d violations; want every event once",
+			res.Events, res.Received, res.InWindow, res.Duplicates, res.Violations())
+	}
+	var out strings.Builder
+	res.Write(&out)
+	if !strings.Contains(out.String(), "delivered to one endpoint, each once") {
+		t.Errorf("Write = %q", out.String())
 	}
 }

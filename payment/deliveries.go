@@ -34,7 +34,7 @@ const (
 	DefaultDeliveryTimeout  = 10 * time.Second
 	DefaultDisableAfter     = 72 * time.Hour
 	DefaultDeliveryLimit    = 500
-	DefaultDeliveryParallel = 8
+	DefaultDeliveryParallel = 32
 )
 
 // Deliverer sends merchants their events, at least once: each delivery is
@@ -59,10 +59,12 @@ type Deliverer struct {
 	// DisableAfter is how long an endpoint may fail, with no success,
 	// before it is disabled.
 	DisableAfter time.Duration
-	// Limit caps the deliveries one run takes; Parallel how many are in
-	// flight at once, so one slow endpoint does not hold up the others.
+	// Limit caps the deliveries one batch of a run takes; Parallel how
+	// many are in flight at once, so one slow endpoint does not hold up the
+	// others.
 	Limit, Parallel int
-	// Observe, if set, is told what every run did.
+	// Observe, if set, is told what every batch of a run, and every
+	// Redeliver, did.
 	Observe func(DeliverResult)
 }
 
@@ -112,16 +114,30 @@ func (r DeliverResult) String() string {
 		r.Due, r.Delivered, r.Retried, r.GaveUp, r.Skipped, r.Disabled)
 }
 
-// RunOnce makes a try of every delivery due now, Parallel at a time.
+// RunOnce makes a try of every delivery due now, Parallel at a time, in
+// batches of Limit. While a batch comes back full more may be due, and the
+// run goes on (as the purge does), so a backlog drains as fast as
+// deliveries are made, not Limit per tick of the schedule. Observe is told
+// of each batch.
 func (d *Deliverer) RunOnce(ctx context.Context) (res DeliverResult, err error) {
 	if d.Limit < 1 || d.Parallel < 1 || d.Timeout <= 0 {
 		return res, errors.New("payment: deliverer: Limit, Parallel or Timeout is not set; build it with NewDeliverer")
 	}
-	defer func() {
+	for {
+		b, err := d.batch(ctx)
+		res.Due += b.Due
+		res.add(b)
 		if d.Observe != nil {
-			d.Observe(res)
+			d.Observe(b)
 		}
-	}()
+		if err != nil || b.Due < d.Limit || ctx.Err() != nil {
+			return res, err
+		}
+	}
+}
+
+// batch tries up to Limit deliveries due now, Parallel at a time.
+func (d *Deliverer) batch(ctx context.Context) (res DeliverResult, err error) {
 	due, err := d.Store.DueDeliveries(ctx, d.Now(), d.Limit)
 	if err != nil {
 		return res, err
@@ -219,6 +235,30 @@ func (d *Deliverer) deliver(ctx context.Context, dd DueDelivery) (res DeliverRes
 		}
 	}
 	return res, nil
+}
+
+// Redeliver sends the event eventID to the endpoint endpointID again now,
+// as an operator asks: a delivery failed for good, or one delivered that
+// the merchant wants again. The store starts the delivery over (due now,
+// untried, under a new fence) and this deliverer tries it as a run does,
+// claimed with a lease and fenced, so a run racing it does not send it
+// too. A try that fails is tried again on the Schedule, from its start.
+// Skipped in the result: a run claimed it first, and is sending it.
+func (d *Deliverer) Redeliver(ctx context.Context, eventID, endpointID string) (res DeliverResult, err error) {
+	if d.Timeout <= 0 {
+		return res, errors.New("payment: deliverer: Timeout is not set; build it with NewDeliverer")
+	}
+	dd, err := d.Store.RedeliverDelivery(ctx, eventID, endpointID, d.Now())
+	if err != nil {
+		return res, err
+	}
+	res, err = d.deliver(ctx, dd)
+	res.Due = 1
+	if d.Observe != nil {
+		d.Observe(res)
+	}
+	d.Log.Info("delivery: sent again", "event_id", eventID, "endpoint_id", endpointID, "result", res.String(), "err", err)
+	return res, err
 }
 
 // jitter spreads a wait by up to a tenth either way, so that the

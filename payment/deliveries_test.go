@@ -3,9 +3,11 @@ package payment_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,6 +28,10 @@ type endpointServer struct {
 	bodies   map[string]string
 	fail     atomic.Int32 // answer this status while not 0
 	hang     chan struct{}
+	// slow is how long each answer takes; inFlight and maxInFlight count
+	// the deliveries being answered at once.
+	slow                  atomic.Int64
+	inFlight, maxInFlight atomic.Int32
 }
 
 func newEndpointServer(t *testing.T, secret func() string) *endpointServer {
@@ -35,6 +41,11 @@ func newEndpointServer(t *testing.T, secret func() string) *endpointServer {
 		if s.hang != nil {
 			<-s.hang
 		}
+		n := s.inFlight.Add(1)
+		defer s.inFlight.Add(-1)
+		for m := s.maxInFlight.Load(); n > m && !s.maxInFlight.CompareAndSwap(m, n); m = s.maxInFlight.Load() {
+		}
+		time.Sleep(time.Duration(s.slow.Load()))
 		b, _ := io.ReadAll(r.Body)
 		wh, err := standardwebhooks.NewWebhook(secret())
 		if err != nil || wh.VerifyIgnoringTimestamp(b, r.Header) != nil {
@@ -334,5 +345,122 @@ func TestDelivererPastItsLeaseDoesNotSend(t *testing.T) {
 	}
 	if got := f.srv.count(id); got != 1 {
 		t.Errorf("the endpoint got %s %d times, want 1", id, got)
+	}
+}
+
+// An operator sends a delivery again: one failed for good goes out at
+// once, with its one webhook-id and body, and is delivered; one delivered
+// is sent again on request; one that fails again is tried on the schedule
+// from its start. Raced by a run, it is sent once: the claim decides. A
+// delivery a deliverer holds, to a disabled endpoint, or unknown, is
+// refused and not sent.
+func TestRedeliver(t *testing.T) {
+	f := newDeliveryFixture(t, payment.Deliverer{Schedule: []time.Duration{time.Minute}})
+	ctx := context.Background()
+	f.srv.fail.Store(500)
+	id := f.pay(t, "k")
+	f.run(t)
+	f.clock.Add(2 * time.Minute)
+	if res := f.run(t); res.GaveUp != 1 {
+		t.Fatalf("second run = %+v, want it failed for good", res)
+	}
+	f.srv.fail.Store(0)
+	for i, want := range []payment.DeliverResult{{Due: 1, Delivered: 1}, {Due: 1, Delivered: 1}} { // failed, then delivered
+		if res, err := f.d.Redeliver(ctx, id, f.ep.ID); res != want || err != nil {
+			t.Fatalf("Redeliver %d = %+v, %v, want %+v", i, res, err, want)
+		}
+		if got := f.srv.count(id); got != 3+i {
+			t.Errorf("copies the endpoint got = %d, want %d", got, 3+i)
+		}
+	}
+	ds, _ := f.DB.Deliveries(ctx, f.ep.ID, 10)
+	if len(ds) != 1 || ds[0].State != payment.DeliveryDelivered || ds[0].Tries != 1 || ds[0].LastStatus != 204 {
+		t.Errorf("deliveries = %+v, want it delivered on the redelivery's one try", ds)
+	}
+
+	f.srv.fail.Store(503)
+	if res, err := f.d.Redeliver(ctx, id, f.ep.ID); res.Retried != 1 || err != nil {
+		t.Fatalf("Redeliver to a failing endpoint = %+v, %v, want it tried again later", res, err)
+	}
+	if res := f.run(t); res.Due != 0 {
+		t.Errorf("run at once = %+v, want nothing due before the schedule's first wait", res)
+	}
+	// Raced by runs, a redelivery is never sent while a run sends it: each
+	// copy is a claim's, one at a time.
+	f.srv.slow.Store(int64(20 * time.Millisecond))
+	for i := range 10 {
+		f.clock.Add(2 * time.Minute)
+		before := f.srv.count(id)
+		var wg sync.WaitGroup
+		var sent atomic.Int32
+		wg.Go(func() {
+			res, err := f.d.Redeliver(ctx, id, f.ep.ID)
+			if err != nil && payment.ErrorCode(err) != payment.EINPROGRESS {
+				t.Error(err)
+			}
+			sent.Add(int32(res.Delivered + res.Retried + res.GaveUp))
+		})
+		wg.Go(func() {
+			res := f.run(t)
+			sent.Add(int32(res.Delivered + res.Retried + res.GaveUp))
+		})
+		wg.Wait()
+		if got := f.srv.count(id) - before; got != int(sent.Load()) || got < 1 {
+			t.Fatalf("race %d: the endpoint got %d copies, the deliverer sent %d; want as many, at least 1", i, got, sent.Load())
+		}
+	}
+	if got := f.srv.maxInFlight.Load(); got != 1 {
+		t.Errorf("copies in flight at once = %d, want 1", got)
+	}
+	f.srv.slow.Store(0)
+
+	// A deliverer holds it: refused, not sent.
+	f.clock.Add(2 * time.Minute)
+	ds, _ = f.DB.Deliveries(ctx, f.ep.ID, 10)
+	if _, ok, err := f.DB.ClaimDelivery(ctx, id, f.ep.ID, ds[0].Fence, f.clock.Now(), f.clock.Now().Add(time.Minute)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	before := f.srv.count(id)
+	if _, err := f.d.Redeliver(ctx, id, f.ep.ID); payment.ErrorCode(err) != payment.EINPROGRESS {
+		t.Errorf("Redeliver of one held = %v, want in progress", err)
+	}
+	for _, k := range [][2]string{{"evt_nope", f.ep.ID}, {id, "we_nope"}} {
+		if _, err := f.d.Redeliver(ctx, k[0], k[1]); payment.ErrorCode(err) != payment.ENOTFOUND {
+			t.Errorf("Redeliver(%s, %s) = %v, want not found", k[0], k[1], err)
+		}
+	}
+	if err := f.DB.DisableEndpoint(ctx, f.ep.ID, "gone", f.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Add(time.Hour)
+	if _, err := f.d.Redeliver(ctx, id, f.ep.ID); payment.ErrorCode(err) != payment.EINVALID {
+		t.Errorf("Redeliver to a disabled endpoint = %v, want invalid", err)
+	}
+	if got := f.srv.count(id); got != before {
+		t.Errorf("refused redeliveries sent %d copies", got-before)
+	}
+}
+
+// A run goes on while its batches come back full: a backlog of more than
+// Limit is delivered in one run, each event once, and Observe hears of
+// each batch.
+func TestRunDrainsTheBacklogInBatches(t *testing.T) {
+	var batches []payment.DeliverResult
+	f := newDeliveryFixture(t, payment.Deliverer{Limit: 3, Observe: func(r payment.DeliverResult) { batches = append(batches, r) }})
+	var ids []string
+	for i := range 7 {
+		ids = append(ids, f.pay(t, fmt.Sprint("k", i)))
+	}
+	if res := f.run(t); res != (payment.DeliverResult{Due: 7, Delivered: 7}) {
+		t.Errorf("RunOnce = %+v, want all 7 delivered in one run", res)
+	}
+	for _, id := range ids {
+		if got := f.srv.count(id); got != 1 {
+			t.Errorf("%s delivered %d times, want once", id, got)
+		}
+	}
+	want := []payment.DeliverResult{{Due: 3, Delivered: 3}, {Due: 3, Delivered: 3}, {Due: 1, Delivered: 1}}
+	if !slices.Equal(batches, want) {
+		t.Errorf("batches observed = %+v, want %+v", batches, want)
 	}
 }

@@ -210,6 +210,15 @@ type EndpointStore interface {
 	// sets it if unset), in one transaction; it returns FailingSince as it
 	// stands then. ok is false when fenced out.
 	FinishDelivery(ctx context.Context, eventID, endpointID string, fence int64, end DeliveryEnd, now time.Time) (ok bool, failingSince time.Time, err error)
+	// RedeliverDelivery starts the delivery of eventID to endpointID over,
+	// as an operator asks, whatever it came to (failed, delivered, pending):
+	// pending, due at now, no try made, its last answer kept, its fence
+	// bumped so that no deliverer acting on what it read before tries it or
+	// ends a try; it returns the delivery due, with its endpoint and body,
+	// for a deliverer to claim. One transaction. Unknown, or its event
+	// purged: ENOTFOUND; its endpoint disabled: EINVALID; held by a
+	// deliverer under a live lease: EINPROGRESS.
+	RedeliverDelivery(ctx context.Context, eventID, endpointID string, now time.Time) (DueDelivery, error)
 	// Deliveries returns the endpoint's last limit deliveries, newest event
 	// first, for the admin page.
 	Deliveries(ctx context.Context, endpointID string, limit int) ([]OutboxDelivery, error)

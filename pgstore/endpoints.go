@@ -181,6 +181,45 @@ func (db *DB) FinishDelivery(ctx context.Context, eventID, endpointID string, fe
 	return ok && err == nil, failingSince, mapErr(err)
 }
 
+// RedeliverDelivery starts a delivery over, in one transaction: the
+// guarded UPDATE, then the row read back with its endpoint and body, which
+// also says why the UPDATE matched nothing.
+func (db *DB) RedeliverDelivery(ctx context.Context, eventID, endpointID string, now time.Time) (payment.DueDelivery, error) {
+	var dd payment.DueDelivery
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE deliveries
+			SET state = 'pending', fence = fence + 1, lease_expires_at = NULL, tries = 0, next_at = $1, updated_at = $1
+			WHERE event_id = $2 AND endpoint_id = $3 AND (lease_expires_at IS NULL OR lease_expires_at <= $1)
+			  AND EXISTS (SELECT 1 FROM endpoints e WHERE e.id = deliveries.endpoint_id AND e.disabled_at IS NULL)`,
+			ms(now), eventID, endpointID)
+		if err != nil {
+			return err
+		}
+		var previous, disabled *int64
+		ep := &dd.Endpoint
+		err = scanDelivery(tx.QueryRow(ctx, `SELECT `+deliveryColumns+`, ev.body, e.id, e.scope, e.url, e.secret,
+				coalesce(e.previous_secret, ''), e.previous_until, e.disabled_at
+			FROM deliveries d
+			JOIN endpoints e ON e.id = d.endpoint_id
+			JOIN events ev ON ev.scope = d.scope AND ev.type = d.event_type AND ev.id = d.event_id
+			WHERE d.event_id = $1 AND d.endpoint_id = $2`, eventID, endpointID),
+			&dd.OutboxDelivery, &dd.Body, &ep.ID, &ep.Scope, &ep.URL, &ep.Secret, &ep.PreviousSecret, &previous, &disabled)
+		ep.PreviousUntil, ep.DisabledAt = fromMS(previous), fromMS(disabled)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return payment.Errorf(payment.ENOTFOUND, "No delivery of event %q to endpoint %q.", eventID, endpointID)
+		case err != nil:
+			return err
+		case tag.RowsAffected() == 1:
+			return nil
+		case !ep.Enabled():
+			return payment.Errorf(payment.EINVALID, "Endpoint %s is disabled: nothing is sent there. Add it again once it is fixed.", endpointID)
+		}
+		return payment.Errorf(payment.EINPROGRESS, "A deliverer is trying this delivery now; see how it ended, then send it again if need be.")
+	})
+	return dd, mapErr(err)
+}
+
 // Deliveries returns the endpoint's last limit deliveries, newest event
 // first.
 func (db *DB) Deliveries(ctx context.Context, endpointID string, limit int) ([]payment.OutboxDelivery, error) {

@@ -30,8 +30,9 @@ type Admin struct {
 	Forwarder *payment.Forwarder
 	Link      func() string
 	// Endpoints, if set, serves the endpoints' page and each endpoint's
-	// deliveries.
+	// deliveries; with Deliverer, each delivery's "send again" too.
 	Endpoints payment.EndpointStore
+	Deliverer *payment.Deliverer
 	// Token is the admin credential. Empty keeps the admin surface closed,
 	// unless Open.
 	Token string

@@ -2,12 +2,15 @@ package server_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,4 +260,52 @@ func (e *env) screenshot(t *testing.T, ctx context.Context, name string) bool {
 
 func quote(s string) string {
 	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `"`, `\"`) + `"`
+}
+
+// Send again, clicked in a real browser: the page's own form passes the
+// cross-origin check (the browser says same-origin), the delivery is sent
+// through the deliverer and delivered, and the page says so.
+func TestAdminSendAgainInBrowser(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := newBrowser(t)
+	m, err := e.DB.CreateMerchant(context.Background(), "Shop", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer, copies atomic.Int32
+	answer.Store(http.StatusInternalServerError)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		copies.Add(1)
+		w.WriteHeader(int(answer.Load()))
+	}))
+	t.Cleanup(hook.Close)
+	ep, err := payment.NewEndpoint(m.ID, hook.URL, nil, true, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DB.CreateEndpoint(context.Background(), ep); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Service.Pay(context.Background(), m.ID, "k", payment.Request{Amount: 1999, Currency: "EUR", Source: "tok_visa"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.Deliverer.RunOnce(context.Background()); err != nil || res.Retried != 1 {
+		t.Fatalf("RunOnce = %+v, %v, want the 500 tried again later", res, err)
+	}
+	answer.Store(http.StatusNoContent)
+	row := `tr[data-state="pending"]`
+	run(t, ctx, chromedp.Navigate(e.Server.URL+"/admin/endpoints/"+ep.ID), chromedp.WaitVisible(chromedp.CSS(row+" button")))
+	if label := eval[string](t, ctx, `document.querySelector('`+row+` button').textContent`); label != "Send now" {
+		t.Errorf("button = %q, want Send now", label)
+	}
+	run(t, ctx, chromedp.Click(chromedp.CSS(row+" button")), chromedp.WaitVisible(chromedp.CSS("p.flash")))
+	if flash := eval[string](t, ctx, `document.querySelector("p.flash").textContent`); !strings.Contains(flash, "again: delivered") {
+		t.Errorf("flash = %q, want it delivered", flash)
+	}
+	if st := eval[string](t, ctx, `document.querySelector("tbody tr").dataset.state`); st != "delivered" {
+		t.Errorf("state after Send now = %q, want delivered", st)
+	}
+	if got := copies.Load(); got != 2 {
+		t.Errorf("the endpoint got %d copies, want 2: the first try, and the one sent from the page", got)
+	}
 }

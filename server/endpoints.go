@@ -2,6 +2,8 @@ package server
 
 import (
 	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -23,6 +25,9 @@ type endpointPage struct {
 	pageBase
 	Endpoint   endpointRow
 	Deliveries []deliveryRow
+	// Redeliver offers each delivery's "send again": a deliverer is
+	// configured and the endpoint is enabled.
+	Redeliver bool
 }
 
 type endpointRow struct {
@@ -110,5 +115,57 @@ func (s *server) handleAdminEndpoint(w http.ResponseWriter, r *http.Request) {
 		}
 		p.Deliveries = append(p.Deliveries, row)
 	}
+	p.Redeliver = s.Admin.Deliverer != nil && p.Endpoint.Enabled()
+	p.Flash = redeliveredFlash(r.URL.Query())
 	s.render(w, r, "endpoint", p)
+}
+
+// redeliveredFlash says how a "send again" ended, from the query its
+// redirect set: fixed sentences, and the event id only if it is one.
+func redeliveredFlash(q url.Values) string {
+	id := q.Get("redelivered")
+	if !eventID.MatchString(id) {
+		return ""
+	}
+	switch q.Get("outcome") {
+	case "delivered":
+		return "Sent " + id + " again: delivered."
+	case "retried":
+		return "Sent " + id + " again: it failed (its last answer is below), and is tried again on the schedule."
+	case "failed":
+		return "Sent " + id + " again: it failed, and has no try left."
+	case "skipped":
+		return id + ": a scheduled run took it first, and is sending it."
+	}
+	return ""
+}
+
+var eventID = regexp.MustCompile(`^evt_[0-9A-Za-z]{1,64}$`)
+
+// handleAdminRedeliverDelivery sends one delivery again now (failed for
+// good, delivered, or waiting for its next try), through the deliverer's
+// own claim, send and fenced finish, then shows the endpoint's page with
+// how it ended.
+func (s *server) handleAdminRedeliverDelivery(w http.ResponseWriter, r *http.Request) {
+	v := mux.Vars(r)
+	// The try may take the whole delivery timeout; the answer must not be
+	// cut off by the server's write timeout, sized for a payment.
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.Admin.Deliverer.Timeout + 15*time.Second))
+	res, err := s.Admin.Deliverer.Redeliver(r.Context(), v["event"], v["id"])
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	outcome := "skipped"
+	switch {
+	case res.Delivered == 1:
+		outcome = "delivered"
+	case res.Retried == 1:
+		outcome = "retried"
+	case res.GaveUp == 1:
+		outcome = "failed"
+	}
+	s.Log.Info("admin: send again", "event_id", v["event"], "endpoint_id", v["id"], "outcome", outcome)
+	q := url.Values{"redelivered": {v["event"]}, "outcome": {outcome}}
+	http.Redirect(w, r, "/admin/endpoints/"+url.PathEscape(v["id"])+"?"+q.Encode(), http.StatusSeeOther)
 }

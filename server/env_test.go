@@ -15,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/oncepaytest"
 	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/metrics"
+	"github.com/oncepay/oncepay/outbound"
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/provider/stripe"
@@ -30,8 +31,11 @@ type env struct {
 	t       testing.TB
 	Metrics *metrics.Metrics
 	Inbox   *payment.Inbox
-	Server  *httptest.Server
-	Client  *http.Client
+	// Deliverer sends the events to the merchants' endpoints, and the
+	// admin page's "send again".
+	Deliverer *payment.Deliverer
+	Server    *httptest.Server
+	Client    *http.Client
 }
 
 type envOptions struct {
@@ -75,8 +79,13 @@ func newEnv(t testing.TB, o envOptions) *env {
 	m.Offline(oe.DB.QueueTotals, nil, oe.Service.Now)
 	oe.Service.ObserveQueue, oe.Forwarder.Observe = m.Queued, m.Forwarded
 	m.Deliveries(oe.DB.DeliveryBacklog, oe.Service.Now)
+	dlv, err := payment.NewDeliverer(payment.Deliverer{Store: oe.DB, Sender: outbound.New(outbound.Options{AllowInsecure: true}),
+		Now: oe.Service.Now, Timeout: 2 * time.Second, Observe: m.Delivered})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := server.Config{Payments: oe.Service, Sim: oe.Sim.Handler(), Log: oe.Log, Metrics: m.Handler(), CountRequest: m.Request,
-		Admin: server.Admin{Store: oe.DB, Reconciler: oe.Reconciler, Queue: oe.DB, Forwarder: oe.Forwarder, Endpoints: oe.DB,
+		Admin: server.Admin{Store: oe.DB, Reconciler: oe.Reconciler, Queue: oe.DB, Forwarder: oe.Forwarder, Endpoints: oe.DB, Deliverer: dlv,
 			Token: o.adminToken, Open: !o.auth}}
 	inbox := payment.NewInbox(oe.DB, oe.Service, "sim", oe.Service.Lease)
 	inbox.Observe, inbox.Refused = m.WebhookEvent, m.WebhookRefused
@@ -96,7 +105,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.workshop {
 		cfg.Workshop = workshop.New(workshop.Config{Service: oe.Service, Reconciler: oe.Reconciler, Inbox: inbox, Forwarder: oe.Forwarder, Ledger: oe.Sim, Scope: server.DemoScope})
 	}
-	e := &env{Env: oe, t: t, Metrics: m, Inbox: inbox, Server: httptest.NewServer(server.New(cfg)),
+	e := &env{Env: oe, t: t, Metrics: m, Inbox: inbox, Deliverer: dlv, Server: httptest.NewServer(server.New(cfg)),
 		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}, Timeout: 30 * time.Second}}
 	t.Cleanup(e.Close)
 	return e

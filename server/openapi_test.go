@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -218,6 +220,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	}()
 
 	other := otherAnswers(t, e, scope, createdID, bearer)
+	other = append(other, redeliveryAnswers(t, e)...)
 	ep, err := payment.NewEndpoint(scope, "https://merchant.example/hooks", nil, false, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -556,6 +559,60 @@ func otherAnswers(t *testing.T, e *env, scope, paid string, bearer []string) []a
 	}
 }
 
+// redeliveryAnswers are the answers of an endpoint's "send again", from a
+// merchant of its own: sent (a redirect), refused cross-origin, unknown,
+// held by a deliverer, to a disabled endpoint, and with the writer locked.
+func redeliveryAnswers(t *testing.T, e *env) []answerCase {
+	t.Helper()
+	ctx := context.Background()
+	e.Client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	admin := func(path string, headers ...string) response {
+		return e.do("POST", path, nil, append(headers, "Authorization", "Bearer spec-admin")...)
+	}
+	scope, secret := e.apiKey("spec-deliveries")
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(hook.Close)
+	endpoint := func() payment.Endpoint {
+		ep, err := payment.NewEndpoint(scope, hook.URL, nil, true, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.DB.CreateEndpoint(ctx, ep); err != nil {
+			t.Fatal(err)
+		}
+		return ep
+	}
+	ep, gone := endpoint(), endpoint()
+	e.pay("spec-delivered", visa, "Authorization", "Bearer "+secret)
+	e.pay("spec-held", visa, "Authorization", "Bearer "+secret)
+	es, err := e.DB.OutboxEvents(ctx, payment.OutboxFilter{Scope: scope, Limit: 2})
+	if err != nil || len(es) != 2 {
+		t.Fatalf("events = %v, %v, want 2", es, err)
+	}
+	held, sent := es[0].ID, es[1].ID
+	if err := e.DB.DisableEndpoint(ctx, gone.ID, "spec", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ds, _ := e.DB.Deliveries(ctx, ep.ID, 10)
+	for _, d := range ds {
+		if d.EventID == held {
+			if _, ok, err := e.DB.ClaimDelivery(ctx, held, ep.ID, d.Fence, time.Now(), time.Now().Add(time.Hour)); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+		}
+	}
+	path := func(ep, ev string) string { return "/admin/endpoints/" + ep + "/deliveries/" + ev + "/redeliver" }
+	crossSite := []string{"Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"}
+	return []answerCase{
+		{"admin send again", "POST", path(ep.ID, sent), admin(path(ep.ID, sent)), 303, ""},
+		{"admin send again cross-origin", "POST", path(ep.ID, sent), admin(path(ep.ID, sent), crossSite...), 403, payment.ProblemCrossOrigin},
+		{"admin send again unknown", "POST", path(ep.ID, "evt_NOPE"), admin(path(ep.ID, "evt_NOPE")), 404, payment.ProblemNotFound},
+		{"admin send again held", "POST", path(ep.ID, held), admin(path(ep.ID, held)), 409, payment.ProblemInProgress},
+		{"admin send again disabled", "POST", path(gone.ID, sent), admin(path(gone.ID, sent)), 400, payment.ProblemInvalidRequest},
+		{"admin send again, locked", "POST", path(ep.ID, sent), whileLocked(t, e, func() response { return admin(path(ep.ID, sent)) }), 503, payment.ProblemUnavailable},
+	}
+}
+
 // demoAnswers are the answers of demo mode's own routes, from a server of
 // their own: the workshop page and its API.
 func demoAnswers(t *testing.T) []answerCase {
@@ -809,6 +866,120 @@ func TestOpenAPIRequestLimits(t *testing.T) {
 		r := e.refund(id, fmt.Sprintf("limits-refund-%d", i), body)
 		if serverOK := r.Status != 400; serverOK != specOK {
 			t.Errorf("refund %s: spec accepts %v, server answers %d %s", body, specOK, r.Status, r.Body)
+		}
+	}
+}
+
+// The document's webhooks are what oncepay sends a merchant's endpoint:
+// one for every event type, and every real delivery of each type (a
+// payment charged, declined, queued and expired; a refund made and
+// declined) has the headers the webhook lists and a body its schema
+// takes.
+func TestWebhooksMatchOpenAPI(t *testing.T) {
+	c := &clock{t: time.Now().UTC()}
+	e := newEnv(t, envOptions{auth: true, now: c.now})
+	scope, secret := e.apiKey("hooks")
+	bearer := []string{"Authorization", "Bearer " + secret}
+	lim := payment.OfflineLimits{MaxAmount: 1000, MaxTotal: 2500, MaxAge: time.Hour}
+	if err := e.DB.SetOfflineLimits(context.Background(), scope, &lim); err != nil {
+		t.Fatal(err)
+	}
+	type delivery struct {
+		header http.Header
+		body   []byte
+	}
+	var (
+		mu  sync.Mutex
+		got []delivery
+	)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, delivery{r.Header.Clone(), b})
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(hook.Close)
+	ep, err := payment.NewEndpoint(scope, hook.URL, nil, true, c.now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DB.CreateEndpoint(context.Background(), ep); err != nil {
+		t.Fatal(err)
+	}
+
+	refund := func(id, key, body string) response {
+		return e.do("POST", "/v1/payments/"+id+"/refunds", []byte(body), append([]string{"Idempotency-Key", key, "Content-Type", "application/json"}, bearer...)...)
+	}
+	paid := e.pay("hook-paid", visa, bearer...).payment(t)
+	e.pay("hook-declined", `{"amount":500,"currency":"EUR","source":"tok_chargeDeclined"}`, bearer...)
+	if r := refund(paid.ID, "hook-refund", `{"amount":100}`); r.Status != 201 {
+		t.Fatalf("refund = %d %s", r.Status, r.Body)
+	}
+	refundProblems(t, e, scope, e.pay("hook-refunded-elsewhere", visa, bearer...), refund)
+	e.setFaults(sim.Faults{FailBeforeCharge: 1})
+	if r := e.pay("hook-queued", visa, bearer...); r.Status != 202 {
+		t.Fatalf("payment with the provider down = %d %s, want 202 queued", r.Status, r.Body)
+	}
+	c.add(2 * time.Hour)
+	if res := e.forward(); res.Expired != 1 {
+		t.Fatalf("forward past the max age = %v, want it expired", res)
+	}
+	if res, err := e.Deliverer.RunOnce(context.Background()); err != nil || res.Delivered != res.Due {
+		t.Fatalf("RunOnce = %+v, %v, want every event delivered", res, err)
+	}
+
+	doc, err := openapi3.NewLoader().LoadFromData(web.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range payment.EventTypes {
+		if item := doc.Webhooks[string(typ)]; item == nil || item.Post == nil {
+			t.Errorf("openapi.yaml has no webhook %s: document its payload under webhooks", typ)
+		}
+	}
+	for name := range doc.Webhooks {
+		if !payment.ValidEventType(payment.EventType(name)) {
+			t.Errorf("openapi.yaml has a webhook %s, which is no event type", name)
+		}
+	}
+	seen := map[string]int{}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, d := range got {
+		var head struct{ Type string }
+		json.Unmarshal(d.body, &head)
+		seen[head.Type]++
+		item := doc.Webhooks[head.Type]
+		if item == nil || item.Post == nil {
+			continue // reported above
+		}
+		op := item.Post
+		for _, p := range op.Parameters {
+			v := d.header.Get(p.Value.Name)
+			if v == "" && p.Value.Required {
+				t.Errorf("%s: no %s header", head.Type, p.Value.Name)
+				continue
+			}
+			if err := p.Value.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+				t.Errorf("%s: header %s %q does not match the webhook: %v", head.Type, p.Value.Name, v, err)
+			}
+		}
+		if d.header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s: Content-Type %q", head.Type, d.header.Get("Content-Type"))
+		}
+		var body any
+		if err := json.Unmarshal(d.body, &body); err != nil {
+			t.Fatal(err)
+		}
+		schema := op.RequestBody.Value.Content.Get("application/json").Schema.Value
+		if err := schema.VisitJSON(body, openapi3.EnableJSONSchema2020()); err != nil {
+			t.Errorf("%s: %s does not match the webhook: %v", head.Type, d.body, err)
+		}
+	}
+	for _, typ := range []string{"payment.succeeded", "payment.failed", "payment.queued", "payment.expired", "refund.succeeded", "refund.failed"} {
+		if seen[typ] == 0 {
+			t.Errorf("no delivery of %s was checked (seen: %v)", typ, seen)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/oncepay/oncepay/outbound"
 	"github.com/oncepay/oncepay/payment"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 )
 
 // eventPage is a page of GET /v1/events as a client reads it.
@@ -166,5 +168,122 @@ func TestAdminEndpointsAndDeliveryMetrics(t *testing.T) {
 	}
 	if m := e.scrape(admin...); m[`oncepay_deliveries_pending`] != 0 {
 		t.Errorf("pending after the endpoint was disabled = %v, want 0", m[`oncepay_deliveries_pending`])
+	}
+}
+
+// "Send again" on an endpoint's page: refused without the admin
+// credential, with a wrong one, from another site, and for an unknown
+// event or endpoint, none of which sends anything; from the page itself it
+// sends the delivery now, through the deliverer's claim, with its one
+// webhook-id and body (verified with the reference library), and the page
+// says how it ended. A disabled endpoint's page offers no button.
+func TestAdminSendAgain(t *testing.T) {
+	token := strings.Repeat("s", 32)
+	e := newEnv(t, envOptions{auth: true, adminToken: token})
+	e.Client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	admin := []string{"Authorization", "Bearer " + token}
+	scope, secret := e.apiKey("shop")
+	var (
+		answer   atomic.Int32
+		copies   atomic.Int32
+		verified atomic.Value
+	)
+	answer.Store(http.StatusInternalServerError)
+	var whsec atomic.Value
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		wh, err := standardwebhooks.NewWebhook(whsec.Load().(string))
+		if err != nil || wh.Verify(body, r.Header) != nil {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		copies.Add(1)
+		verified.Store(r.Header.Get("webhook-id") + " " + string(body))
+		w.WriteHeader(int(answer.Load()))
+	}))
+	t.Cleanup(hook.Close)
+	ep, err := payment.NewEndpoint(scope, hook.URL+"/hook", nil, true, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	whsec.Store(ep.Secret)
+	if err := e.DB.CreateEndpoint(context.Background(), ep); err != nil {
+		t.Fatal(err)
+	}
+	e.pay("k1", visa, "Authorization", "Bearer "+secret)
+	if res, err := e.Deliverer.RunOnce(context.Background()); err != nil || res.Retried != 1 {
+		t.Fatalf("RunOnce = %+v, %v, want the 500 tried again later", res, err)
+	}
+	first := verified.Load().(string)
+	id, _, _ := strings.Cut(first, " ")
+	page := "/admin/endpoints/" + ep.ID
+	again := page + "/deliveries/" + id + "/redeliver"
+	if r := e.do("GET", page, nil, admin...); !strings.Contains(string(r.Body), `action="`+again+`"`) || !strings.Contains(string(r.Body), "Send now") {
+		t.Errorf("GET %s = %d, want a Send now button posting to %s:\n%s", page, r.Status, again, r.Body)
+	}
+
+	answer.Store(http.StatusNoContent)
+	for _, c := range []struct {
+		name    string
+		path    string
+		headers []string
+		status  int
+		problem string
+	}{
+		{"no credential", again, nil, 401, payment.ProblemUnauthorized},
+		{"a wrong credential", again, []string{"Authorization", "Bearer " + strings.Repeat("x", 32)}, 401, payment.ProblemUnauthorized},
+		{"a merchant's API key", again, []string{"Authorization", "Bearer " + secret}, 401, payment.ProblemUnauthorized},
+		{"a forged cross-site form", again, append([]string{"Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"}, admin...), 403, payment.ProblemCrossOrigin},
+		{"a cross-origin fetch", again, append([]string{"Origin", "https://evil.example"}, admin...), 403, payment.ProblemCrossOrigin},
+		{"an unknown event", page + "/deliveries/evt_NOPE/redeliver", admin, 404, payment.ProblemNotFound},
+		{"an unknown endpoint", "/admin/endpoints/we_nope/deliveries/" + id + "/redeliver", admin, 404, payment.ProblemNotFound},
+	} {
+		if r := e.do("POST", c.path, nil, c.headers...); r.Status != c.status || r.problemType() != c.problem {
+			t.Errorf("POST with %s = %d %s, want %d %s", c.name, r.Status, r.Body, c.status, c.problem)
+		}
+	}
+	if r := e.do("GET", again, nil, admin...); r.Status != 405 {
+		t.Errorf("GET %s = %d, want 405: only a POST sends", again, r.Status)
+	}
+	if got := copies.Load(); got != 1 {
+		t.Fatalf("the endpoint got %d copies after the refused requests, want the first try's alone", got)
+	}
+
+	// From the page itself (same origin, as a browser sends the form).
+	r := e.do("POST", again, nil, append([]string{"Origin", e.Server.URL, "Sec-Fetch-Site", "same-origin"}, admin...)...)
+	loc := r.Header.Get("Location")
+	if r.Status != 303 || !strings.HasPrefix(loc, page+"?") || !strings.Contains(loc, "outcome=delivered") {
+		t.Fatalf("POST %s = %d to %q, want 303 to the endpoint's page, delivered", again, r.Status, loc)
+	}
+	if got := copies.Load(); got != 2 || verified.Load().(string) != first {
+		t.Errorf("the endpoint got %d copies, the last %q; want 2, the same webhook-id and body as the first", got, verified.Load())
+	}
+	shown := e.do("GET", loc, nil, admin...)
+	for _, want := range []string{"Sent " + id + " again: delivered.", `data-state="delivered"`, "Send again"} {
+		if !strings.Contains(string(shown.Body), want) {
+			t.Errorf("GET %s lacks %q", loc, want)
+		}
+	}
+	ds, _ := e.DB.Deliveries(context.Background(), ep.ID, 10)
+	if len(ds) != 1 || ds[0].State != payment.DeliveryDelivered || ds[0].Tries != 1 || ds[0].LastStatus != 204 {
+		t.Errorf("deliveries = %+v, want it delivered on the redelivery's try", ds)
+	}
+	if m := e.scrape(admin...); m[`oncepay_deliveries_total{outcome="delivered"}`] != 1 {
+		t.Errorf(`oncepay_deliveries_total{outcome="delivered"} = %v, want the redelivery counted`, m[`oncepay_deliveries_total{outcome="delivered"}`])
+	}
+
+	// A flash is made of fixed sentences: nothing the query says is shown
+	// unless it is an event id.
+	if r := e.do("GET", page+"?redelivered=%3Cb%3Ezqxj&outcome=delivered", nil, admin...); strings.Contains(string(r.Body), "zqxj") {
+		t.Error("the page shows what the query says")
+	}
+	if err := e.DB.DisableEndpoint(context.Background(), ep.ID, "asked", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("GET", page, nil, admin...); strings.Contains(string(r.Body), "/redeliver") {
+		t.Error("a disabled endpoint's page offers to send again")
+	}
+	if r := e.do("POST", again, nil, admin...); r.Status != 400 || r.problemType() != payment.ProblemInvalidRequest {
+		t.Errorf("POST to a disabled endpoint = %d %s, want 400", r.Status, r.Body)
 	}
 }

@@ -71,6 +71,9 @@ func (s *server) adminRoutes(r *mux.Router) {
 	if s.Admin.Endpoints != nil {
 		r.Handle("/admin/endpoints", page(http.HandlerFunc(s.handleAdminEndpoints))).Methods(http.MethodGet)
 		r.Handle("/admin/endpoints/{id}", page(http.HandlerFunc(s.handleAdminEndpoint))).Methods(http.MethodGet)
+		if s.Admin.Deliverer != nil {
+			r.Handle("/admin/endpoints/{id}/deliveries/{event}/redeliver", form(s.handleAdminRedeliverDelivery)).Methods(http.MethodPost)
+		}
 	}
 	r.Handle("/admin/events/{provider}/{id}/redeliver", form(s.handleAdminRedeliver)).Methods(http.MethodPost)
 	r.PathPrefix("/admin/static/").Handler(page(http.StripPrefix("/admin", fallback.Static(web.Assets, http.HandlerFunc(s.handleNotFound))))).

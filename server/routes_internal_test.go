@@ -34,7 +34,8 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 
 	// Every optional part set, so the routes served only with the simulated
 	// provider, the admin surface, the metrics or the demo are walked too.
-	cfg := Config{Sim: http.NotFoundHandler(), Admin: Admin{Store: noAdminStore{}, Forwarder: &payment.Forwarder{}, Endpoints: noEndpointStore{}},
+	cfg := Config{Sim: http.NotFoundHandler(), Admin: Admin{Store: noAdminStore{}, Forwarder: &payment.Forwarder{}, Endpoints: noEndpointStore{},
+		Deliverer: &payment.Deliverer{}},
 		Metrics: http.NotFoundHandler(), Workshop: http.NotFoundHandler()}
 	router, ok := (&server{Config: cfg}).routes().(*mux.Router)
 	if !ok {

@@ -184,6 +184,49 @@ func (db *DB) FinishDelivery(ctx context.Context, eventID, endpointID string, fe
 	return ok && err == nil, failingSince, err
 }
 
+// RedeliverDelivery starts a delivery over, in one transaction: the
+// guarded UPDATE, then the row read back with its endpoint and body, which
+// also says why the UPDATE matched nothing.
+func (db *DB) RedeliverDelivery(ctx context.Context, eventID, endpointID string, now time.Time) (payment.DueDelivery, error) {
+	var dd payment.DueDelivery
+	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE deliveries
+			SET state = 'pending', fence = fence + 1, lease_expires_at = NULL, tries = 0, next_at = ?, updated_at = ?
+			WHERE event_id = ? AND endpoint_id = ? AND (lease_expires_at IS NULL OR lease_expires_at <= ?)
+			  AND EXISTS (SELECT 1 FROM endpoints e WHERE e.id = deliveries.endpoint_id AND e.disabled_at IS NULL)`,
+			ms(now), ms(now), eventID, endpointID, ms(now))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		var previous, disabled sql.NullInt64
+		ep := &dd.Endpoint
+		err = scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+`, ev.body, e.id, e.scope, e.url, e.secret,
+				coalesce(e.previous_secret, ''), e.previous_until, e.disabled_at
+			FROM deliveries d
+			JOIN endpoints e ON e.id = d.endpoint_id
+			JOIN events ev ON ev.scope = d.scope AND ev.type = d.event_type AND ev.id = d.event_id
+			WHERE d.event_id = ? AND d.endpoint_id = ?`, eventID, endpointID),
+			&dd.OutboxDelivery, &dd.Body, &ep.ID, &ep.Scope, &ep.URL, &ep.Secret, &ep.PreviousSecret, &previous, &disabled)
+		ep.PreviousUntil, ep.DisabledAt = fromMS(previous), fromMS(disabled)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return payment.Errorf(payment.ENOTFOUND, "No delivery of event %q to endpoint %q.", eventID, endpointID)
+		case err != nil:
+			return err
+		case n == 1:
+			return nil
+		case !ep.Enabled():
+			return payment.Errorf(payment.EINVALID, "Endpoint %s is disabled: nothing is sent there. Add it again once it is fixed.", endpointID)
+		}
+		return payment.Errorf(payment.EINPROGRESS, "A deliverer is trying this delivery now; see how it ended, then send it again if need be.")
+	})
+	return dd, err
+}
+
 func nullInt(n int) sql.NullInt64 { return sql.NullInt64{Int64: int64(n), Valid: n != 0} }
 
 // Deliveries returns the endpoint's last limit deliveries, newest event

@@ -304,3 +304,91 @@ func testDeliveryBacklogAndPurge(t *testing.T, h Harness) {
 		t.Errorf("DeliveryBacklog at the end = %+v, want none", b)
 	}
 }
+
+// An operator's redelivery starts a delivery over, whatever it came to
+// (failed for good, delivered, a deliverer dead mid-try): pending, due at
+// once, no try made, under a new fence, so a deliverer acting on what it
+// read before is fenced out, and returned with its endpoint and body for
+// a deliverer to claim. Refused while a deliverer holds it (in progress),
+// for a disabled endpoint (invalid), and for what is unknown.
+func testRedeliverDelivery(t *testing.T, h Harness) {
+	ctx, s := context.Background(), h.Store
+	m, err := s.CreateMerchant(ctx, "Shop", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := mustEndpoint(t, s, m.ID, "https://shop.example/hook", t0)
+	record(t, s, m.ID, "pay")
+	ds, _ := s.DueDeliveries(ctx, t0, 10)
+	if len(ds) != 1 {
+		t.Fatalf("due = %+v, want one", ds)
+	}
+	d := ds[0]
+	fence, ok, err := s.ClaimDelivery(ctx, d.EventID, ep.ID, d.Fence, t0, t0.Add(time.Minute))
+	if !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if _, err := s.RedeliverDelivery(ctx, d.EventID, ep.ID, t0.Add(time.Second)); payment.ErrorCode(err) != payment.EINPROGRESS {
+		t.Errorf("RedeliverDelivery under a live lease = %v, want in progress", err)
+	}
+	gaveUp := payment.DeliveryEnd{State: payment.DeliveryFailed, Status: 500, LastError: "answered 500"}
+	if ok, _, err := s.FinishDelivery(ctx, d.EventID, ep.ID, fence, gaveUp, t0.Add(2*time.Second)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+
+	at := t0.Add(time.Hour)
+	rd, err := s.RedeliverDelivery(ctx, d.EventID, ep.ID, at)
+	if err != nil || rd.State != payment.DeliveryPending || rd.Tries != 0 || !rd.NextAt.Equal(at) || rd.Fence <= fence ||
+		!rd.LeaseExpiresAt.IsZero() || string(rd.Body) != string(d.Body) || rd.Endpoint.URL != ep.URL || rd.Endpoint.Secret != ep.Secret ||
+		rd.LastStatus != 500 || rd.LastError != "answered 500" || rd.Scope != m.ID || rd.EventType != d.EventType {
+		t.Fatalf("RedeliverDelivery of a failed one = %+v, %v; want it pending, due at %v, untried, under a fence past %d, its last answer kept", rd, err, at, fence)
+	}
+	if got := due(t, s, at); len(got) != 1 {
+		t.Errorf("due once redelivered = %v, want it", got)
+	}
+	if _, ok, _ := s.ClaimDelivery(ctx, d.EventID, ep.ID, fence, at, at.Add(time.Minute)); ok {
+		t.Error("a claim under the fence read before the redelivery succeeded")
+	}
+	fence, ok, err = s.ClaimDelivery(ctx, d.EventID, ep.ID, rd.Fence, at, at.Add(time.Minute))
+	if !ok || err != nil {
+		t.Fatalf("claim under the redelivery's fence = %v, %v", ok, err)
+	}
+	delivered := payment.DeliveryEnd{State: payment.DeliveryDelivered, Status: 204}
+	if ok, _, err := s.FinishDelivery(ctx, d.EventID, ep.ID, fence, delivered, at); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+
+	// Delivered, and sent again on request; its deliverer dies mid-try, and
+	// once its lease has run out the operator sends it again: the dead
+	// one's late end is fenced out.
+	at = t0.Add(2 * time.Hour)
+	rd, err = s.RedeliverDelivery(ctx, d.EventID, ep.ID, at)
+	if err != nil || rd.State != payment.DeliveryPending || rd.Tries != 0 || rd.LastStatus != 204 {
+		t.Fatalf("RedeliverDelivery of a delivered one = %+v, %v, want it pending, untried", rd, err)
+	}
+	dead, ok, err := s.ClaimDelivery(ctx, d.EventID, ep.ID, rd.Fence, at, at.Add(time.Minute))
+	if !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if rd, err = s.RedeliverDelivery(ctx, d.EventID, ep.ID, at.Add(2*time.Minute)); err != nil || rd.Fence <= dead || rd.Tries != 0 {
+		t.Fatalf("RedeliverDelivery once the lease ran out = %+v, %v, want it under a fence past %d", rd, err, dead)
+	}
+	if ok, _, err := s.FinishDelivery(ctx, d.EventID, ep.ID, dead, delivered, at.Add(3*time.Minute)); ok || err != nil {
+		t.Errorf("the dead deliverer's late end = %v, %v, want fenced out", ok, err)
+	}
+
+	for _, k := range [][2]string{{"evt_nope", ep.ID}, {d.EventID, "we_nope"}} {
+		if _, err := s.RedeliverDelivery(ctx, k[0], k[1], at); payment.ErrorCode(err) != payment.ENOTFOUND {
+			t.Errorf("RedeliverDelivery(%s, %s) = %v, want not found", k[0], k[1], err)
+		}
+	}
+	if err := s.DisableEndpoint(ctx, ep.ID, "gone", at); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RedeliverDelivery(ctx, d.EventID, ep.ID, at.Add(time.Hour)); payment.ErrorCode(err) != payment.EINVALID {
+		t.Errorf("RedeliverDelivery to a disabled endpoint = %v, want invalid", err)
+	}
+	if list, _ := s.Deliveries(ctx, ep.ID, 10); len(list) != 1 || list[0].State != payment.DeliveryFailed {
+		t.Errorf("deliveries of the disabled endpoint = %+v, want the one failed, untouched by the refused redelivery", list)
+	}
+}

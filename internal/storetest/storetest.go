@@ -95,6 +95,7 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"EndpointsAndFanOut", testEndpointsAndFanOut},
 		{"DeliveryClaims", testDeliveryClaims},
 		{"DeliveryBacklogAndPurge", testDeliveryBacklogAndPurge},
+		{"RedeliverDelivery", testRedeliverDelivery},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
