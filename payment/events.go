@@ -111,6 +111,28 @@ type EventStore interface {
 	ListEvents(ctx context.Context, f EventFilter) ([]InboxEvent, error)
 	// AttemptByPaymentID finds an attempt by payment id in any scope.
 	AttemptByPaymentID(ctx context.Context, id string) (*ListedAttempt, error)
+
+	// PaymentByID and RefundByID find a payment or a refund by id in any
+	// scope, or return an ENOTFOUND error: an event names what it is about
+	// by oncepay's id, long after its key's record may have been purged.
+	PaymentByID(ctx context.Context, id string) (*Payment, error)
+	RefundByID(ctx context.Context, id string) (*Refund, error)
+
+	// FailRefund records that the bank failed the refund id of scope after
+	// it succeeded: in one transaction, if and only if the refund is still
+	// succeeded, it becomes failed with failureCode, its amount goes back
+	// to its payment's refundable balance, and e is written. ok is false,
+	// and nothing is written, for a refund not succeeded (in progress,
+	// failed already) or not in scope. The attempt's stored answer is not
+	// touched: a replay gets the bytes its first request got.
+	FailRefund(ctx context.Context, scope, id, failureCode string, e *OutboxEvent, now time.Time) (ok bool, err error)
+
+	// SetDispute stores d as the dispute of the payment id of scope, and
+	// writes e, in one transaction, if d changes what the payment holds:
+	// no dispute or another one before, or this one's status moved while
+	// it was open. A dispute that is closed stays so. ok is false, and
+	// nothing is written, otherwise.
+	SetDispute(ctx context.Context, scope, id string, d Dispute, e *OutboxEvent, now time.Time) (ok bool, err error)
 }
 
 // Delivery is the inbox's answer to one delivery of an event.

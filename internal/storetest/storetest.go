@@ -95,6 +95,8 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"EndpointsAndFanOut", testEndpointsAndFanOut},
 		{"DeliveryClaims", testDeliveryClaims},
 		{"DeliveryBacklogAndPurge", testDeliveryBacklogAndPurge},
+		{"RefundFailsOnce", testRefundFailsOnce},
+		{"Disputes", testDisputes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
