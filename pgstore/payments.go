@@ -125,10 +125,10 @@ func (db *DB) Payment(ctx context.Context, scope, id string) (*payment.Payment, 
 
 func scanPayment(row pgx.Row) (*payment.Payment, error) {
 	var (
-		p                 payment.Payment
-		status            string
-		chargeID, failure *string
-		created, updated  int64
+		p                     payment.Payment
+		status                string
+		chargeID, failure     *string
+		created, updated      int64
 		dID, dStatus, dReason *string
 		dAmount               *int64
 	)

@@ -145,10 +145,10 @@ func testDisputes(t *testing.T, h Harness) {
 		then payment.Dispute
 	}{
 		{open, true, open},
-		{open, false, open},                  // the same news again
-		{closed, true, closed},               // closed
-		{open, false, closed},                // a late "created": it stays closed
-		{closed, false, closed},              // the same close again
+		{open, false, open},     // the same news again
+		{closed, true, closed},  // closed
+		{open, false, closed},   // a late "created": it stays closed
+		{closed, false, closed}, // the same close again
 		{payment.Dispute{ID: "dp_2", Status: "warning_needs_response", Amount: 500}, true, payment.Dispute{ID: "dp_2", Status: "warning_needs_response", Amount: 500}},
 	} {
 		at := t0.Add(time.Duration(i+1) * time.Second)
