@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 
@@ -27,7 +28,11 @@ const maxBody = 64 << 10
 //	GET  /v1/charges?idempotency_key=K the charge, or 404
 //	GET  /sim/refunds                  {"data":[refund, ...]}, oldest first
 //	POST /v1/refunds                   Idempotency-Key header, {"charge_id","amount","currency"}
-//	GET  /v1/refunds?idempotency_key=K the refund, or 404
+//	GET  /v1/refunds?idempotency_key=K the refund, or 402 if it failed, or 404
+//	POST /sim/refunds/{id}/fail        {"failure_code"?}: the bank returns the refund (FailRefund)
+//	POST /sim/charges/{id}/dispute     {"reason"?}: the cardholder disputes the charge (Dispute)
+//	POST /sim/disputes/{id}/close      {"status":"won"|"lost"} (CloseDispute)
+//	GET  /v1/disputes/{id}             the dispute, or 404
 //
 // Provider API errors are {"error":{"type","code","message"}}: 402 a decline,
 // 409 a key reused with other parameters, 400 bad input, 500 a failure before
@@ -43,6 +48,10 @@ func (s *Sim) Handler() http.Handler {
 	mux.HandleFunc("GET /sim/refunds", s.handleRefundLedger)
 	mux.HandleFunc("POST /v1/refunds", s.handleRefund)
 	mux.HandleFunc("GET /v1/refunds", s.handleLookupRefund)
+	mux.HandleFunc("POST /sim/refunds/{id}/fail", s.handleFailRefund)
+	mux.HandleFunc("POST /sim/charges/{id}/dispute", s.handleDispute)
+	mux.HandleFunc("POST /sim/disputes/{id}/close", s.handleCloseDispute)
+	mux.HandleFunc("GET /v1/disputes/{id}", s.handleLookupDispute)
 	return fallback.Mux(mux, http.HandlerFunc(handleNotFound), http.HandlerFunc(handleMethodNotAllowed))
 }
 
@@ -146,6 +155,10 @@ func (s *Sim) handleRefund(w http.ResponseWriter, r *http.Request) {
 		Amount   int64  `json:"amount"`
 		Currency string `json:"currency"`
 		Reason   string `json:"reason"`
+		// Optional: the caller's names of the refund and its payment,
+		// carried in events.
+		RefundID  string `json:"refund_id"`
+		PaymentID string `json:"payment_id"`
 	}
 	if err := decode(w, r, &body); err != nil {
 		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
@@ -154,6 +167,7 @@ func (s *Sim) handleRefund(w http.ResponseWriter, r *http.Request) {
 	rf, err := s.Refund(r.Context(), payment.ProviderRefundRequest{
 		IdempotencyKey: r.Header.Get("Idempotency-Key"),
 		ChargeID:       body.ChargeID, Amount: body.Amount, Currency: body.Currency, Reason: body.Reason,
+		RefundID: body.RefundID, PaymentID: body.PaymentID,
 	})
 	s.answer(w, r, "refund", rf, err)
 }
@@ -170,6 +184,71 @@ func (s *Sim) handleLookupRefund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.answer(w, r, "refund lookup", rf, err)
+}
+
+func (s *Sim) handleFailRefund(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		FailureCode string `json:"failure_code"`
+	}
+	if err := decodeOptional(w, r, &body); err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
+		return
+	}
+	rf, err := s.FailRefund(r.Context(), r.PathValue("id"), body.FailureCode)
+	if errors.Is(err, ErrNoRefund) {
+		writeError(w, http.StatusNotFound, apiError{Type: "not_found", Message: "no such refund"})
+		return
+	}
+	s.answer(w, r, "fail refund", rf, err)
+}
+
+func (s *Sim) handleDispute(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if err := decodeOptional(w, r, &body); err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
+		return
+	}
+	d, err := s.Dispute(r.Context(), r.PathValue("id"), body.Reason)
+	if errors.Is(err, ErrNoCharge) {
+		writeError(w, http.StatusNotFound, apiError{Type: "not_found", Message: "no such charge"})
+		return
+	}
+	s.answer(w, r, "dispute", d, err)
+}
+
+func (s *Sim) handleCloseDispute(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Status string `json:"status"`
+	}
+	if err := decode(w, r, &body); err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
+		return
+	}
+	d, err := s.CloseDispute(r.Context(), r.PathValue("id"), body.Status)
+	if errors.Is(err, payment.ErrNoDispute) {
+		writeError(w, http.StatusNotFound, apiError{Type: "not_found", Message: "no such dispute"})
+		return
+	}
+	s.answer(w, r, "close dispute", d, err)
+}
+
+func (s *Sim) handleLookupDispute(w http.ResponseWriter, r *http.Request) {
+	d, err := s.LookupDispute(r.Context(), r.PathValue("id"))
+	if errors.Is(err, payment.ErrNoDispute) {
+		writeError(w, http.StatusNotFound, apiError{Type: "not_found", Message: "no such dispute"})
+		return
+	}
+	s.answer(w, r, "dispute lookup", d, err)
+}
+
+// decodeOptional is decode for a body that may be left out.
+func decodeOptional(w http.ResponseWriter, r *http.Request, v any) error {
+	if err := decode(w, r, v); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
 }
 
 // answer writes the result of a call that moves money or looks it up: v,
