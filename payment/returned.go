@@ -114,8 +114,12 @@ func (in *Inbox) refundFinal(ctx context.Context, ev Event, id, key string) (Eve
 		in.refuse(ev, RefusedContradicted, in.Log.Warn, "refund failure event the provider contradicts; not applied", args...)
 		return "", "", held("this event says refund %s failed, and the provider, asked by its key, %s. The refund stays succeeded.", r.ID, says)
 	}
+	code := ev.DeclineCode // the provider's own word, when it gives one
+	if d != nil && d.Code != "" {
+		code = d.Code
+	}
 	now := in.Now()
-	ok, err := in.Store.FailRefund(ctx, r.Scope, r.ID, d.Code, RefundFailedEvent(*r, d.Code, now), now)
+	ok, err := in.Store.FailRefund(ctx, r.Scope, r.ID, code, RefundFailedEvent(*r, code, now), now)
 	if err != nil {
 		return "", "", err
 	}
@@ -123,8 +127,8 @@ func (in *Inbox) refundFinal(ctx context.Context, ev Event, id, key string) (Eve
 		return EventProcessed, "already failed", nil
 	}
 	in.Log.Warn("refund failed after it succeeded; its amount is refundable again", "provider", ev.Provider, "event_id", ev.ID,
-		"refund_id", r.ID, "payment_id", r.PaymentID, "amount", r.Amount, "currency", r.Currency, "failure_code", d.Code)
-	return EventProcessed, fmt.Sprintf("refund failed after it succeeded (%s): %d %s refundable again", d.Code, r.Amount, r.Currency), nil
+		"refund_id", r.ID, "payment_id", r.PaymentID, "amount", r.Amount, "currency", r.Currency, "failure_code", code)
+	return EventProcessed, fmt.Sprintf("refund failed after it succeeded (%s): %d %s refundable again", code, r.Amount, r.Currency), nil
 }
 
 // applyDispute records a dispute as the provider holds it, asked by the
