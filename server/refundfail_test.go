@@ -398,3 +398,131 @@ func TestSimDisputeShownOnce(t *testing.T) {
 		t.Errorf("GET /v1/events?type=payment.dispute_closed = %d %s, want the payment with its lost dispute", list.Status, list.Body)
 	}
 }
+
+// A database and a sim ledger made before refunds could fail after they
+// succeeded and before disputes (commit ea45566, testdata/made-by-ea45566)
+// open migrated: the old payment shows no dispute, and its old refund,
+// whose key's record was purged, is failed by the bank at the migrated
+// sim and by its event at oncepay, tied by the provider's refund id
+// alone: its 500 is refundable again, once, and both totals agree after a
+// refund of all that is left. A new payment of the old merchant can be
+// disputed. (This file's payments are rebuilt by the expired-keys
+// migration, which brings the dispute columns; TestMigrateDatabaseMadeBeforeDisputes
+// takes the step that adds them.)
+func TestMigrateDatabaseMadeBeforeRefundFailures(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, envOptions{dir: testdataCopy(t, "made-by-ea45566"), auth: true})
+	const (
+		secret   = "opk_2P7EZ3U3OWNUHFQTXBFJHBL5EFTQU5QSH5L5VHZITSZGCBPF7IOX"
+		paid     = "pay_HONV7TQRFCR3LSSKBLWH6KEBWU"
+		refund   = "re_HONV7TSRPJVGN4SVIW7AW7VVTE"
+		prRefund = "re_sim_lhe5tw77srgc4oxzlfra"
+	)
+	auth := []string{"Authorization", "Bearer " + secret}
+	old := e.do("GET", "/v1/payments/"+paid, nil, auth...)
+	if p := old.payment(t); old.Status != 200 || p.Dispute != nil || p.AmountRefunded != 500 || strings.Contains(string(old.Body), `"dispute"`) {
+		t.Fatalf("the old payment = %d %s, want 500 refunded and no dispute field", old.Status, old.Body)
+	}
+	pr, err := e.Sim.FailRefund(ctx, prRefund, "")
+	if err != nil || pr.Status != "failed" {
+		t.Fatalf("FailRefund on the old ledger = %+v, %v", pr, err)
+	}
+	v := payment.RefundView{ID: refund, PaymentID: paid, Amount: 500, Currency: "EUR"}
+	body := simRefundEvent(sim.EventRefundFailed, v, prRefund, pr.IdempotencyKey)
+	for range 2 {
+		if r := e.webhook("msg_old_refund_failed", time.Now(), simWebhookSecret, body); r.Status != 200 || !strings.Contains(string(r.Body), `"state":"processed"`) {
+			t.Fatalf("the old refund's failure = %d %s, want 200 processed", r.Status, r.Body)
+		}
+	}
+	p := e.do("GET", "/v1/payments/"+paid, nil, auth...).payment(t)
+	if p.AmountRefunded != 0 || len(p.Refunds) != 1 || p.Refunds[0].Status != payment.Failed {
+		t.Fatalf("the old payment after its refund failed = refunded %d, refunds %+v; want 0, failed", p.AmountRefunded, p.Refunds)
+	}
+	stored, err := e.DB.PaymentByID(ctx, paid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := e.DB.OutboxEvents(ctx, payment.OutboxFilter{Scope: stored.Scope, Type: payment.EventRefundFailed, Limit: 10})
+	if err != nil || len(es) != 1 || es[0].ObjectID != refund {
+		t.Errorf("refund.failed events = %+v, %v; want one, of the old refund", es, err)
+	}
+	if r := e.refund(paid, "r-after", `{}`, auth...); r.Status != 201 || refundView(t, r).Amount != 2000 {
+		t.Errorf("refund of all that is left = %d %s, want 201 of 2000", r.Status, r.Body)
+	}
+	total, _ := e.providerRefunds()
+	if p := e.do("GET", "/v1/payments/"+paid, nil, auth...).payment(t); p.AmountRefunded != 2000 || total != 2000 {
+		t.Errorf("refunded: oncepay %d, the provider %d; want both 2000", p.AmountRefunded, total)
+	}
+
+	r := e.pay("p-disputed", visa, auth...)
+	if r.Status != 201 {
+		t.Fatalf("pay = %d %s", r.Status, r.Body)
+	}
+	np := r.payment(t)
+	d, err := e.Sim.Dispute(ctx, np.ChargeID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := fmt.Appendf(nil, `{"type":"charge.dispute.created","timestamp":"2026-01-01T00:00:00Z","data":{"id":%q,"charge_id":%q,"amount":1000,"currency":"EUR","status":"needs_response"}}`, d.ID, np.ChargeID)
+	if r := e.webhook("msg_dispute", time.Now(), simWebhookSecret, ev); r.Status != 200 || !strings.Contains(string(r.Body), `"state":"processed"`) {
+		t.Fatalf("dispute = %d %s, want 200 processed", r.Status, r.Body)
+	}
+	if got := e.do("GET", "/v1/payments/"+np.ID, nil, auth...).payment(t); got.Dispute == nil || got.Dispute.ID != d.ID || got.Status != payment.Succeeded {
+		t.Errorf("the disputed payment = %s, dispute %+v; want succeeded, disputed as %s", got.Status, got.Dispute, d.ID)
+	}
+}
+
+// A database and sim ledger made just before refunds could fail after they
+// succeeded and before disputes (commit d234d04, demo mode,
+// testdata/made-by-d234d04: order-1 of 2000 EUR with refund-1 of 500,
+// order-2 of 700 USD) open migrated: the old answers replay byte for
+// byte with no dispute field; the old refund, failed by the bank at the
+// migrated sim and by its event, gives its 500 back once; a new payment
+// on the migrated file is disputed and shows it.
+func TestMigrateDatabaseMadeBeforeDisputes(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, envOptions{dir: testdataCopy(t, "made-by-d234d04")})
+	const (
+		paid      = "pay_HOOV0UIWOLEF7EMPOHR7ZI7SGR"
+		refunded  = `{"id":"re_HOOV0W705U6F2XMTUCDTGLQXKQ","object":"refund","payment_id":"pay_HOOV0UIWOLEF7EMPOHR7ZI7SGR","status":"succeeded","amount":500,"currency":"EUR","provider_refund_id":"re_sim_p3tb25tm3e4g7loomydd","idempotency_key":"refund-1","created_at":"2026-12-02T01:16:15.407Z"}`
+		otherPaid = `{"id":"pay_HOOV0WDCILLWZRFQRODRSIJBVG","object":"payment","status":"succeeded","amount":700,"currency":"USD","charge_id":"ch_hoov0wde3ecuvisqkn6tzkq","amount_refunded":0,"refunds":[],"idempotency_key":"order-2","created_at":"2026-12-02T01:16:15.703Z"}`
+	)
+	if r := e.pay("order-2", `{"amount":700,"currency":"USD","source":"tok_visa"}`); r.Status != 201 || strings.TrimSpace(string(r.Body)) != otherPaid {
+		t.Errorf("order-2 after the migration = %d %s, want the replayed %s", r.Status, r.Body, otherPaid)
+	}
+	first := e.refund(paid, "refund-1", `{"amount":500}`)
+	if first.Status != 201 || strings.TrimSpace(string(first.Body)) != refunded {
+		t.Fatalf("refund-1 after the migration = %d %s, want the replayed %s", first.Status, first.Body, refunded)
+	}
+	v := refundView(t, first)
+	if _, err := e.Sim.FailRefund(ctx, v.ProviderRefundID, ""); err != nil {
+		t.Fatal(err)
+	}
+	key := payment.RefundDownstreamKey(server.DemoScope, "refund-1")
+	for range 2 {
+		if r := e.webhook("msg_d234d04_failed", time.Now(), simWebhookSecret, simRefundEvent(sim.EventRefundFailed, v, v.ProviderRefundID, key)); r.Status != 200 || !strings.Contains(string(r.Body), `"state":"processed"`) {
+			t.Fatalf("the old refund's failure = %d %s, want 200 processed", r.Status, r.Body)
+		}
+	}
+	if p := e.do("GET", "/v1/payments/"+paid, nil).payment(t); p.AmountRefunded != 0 || p.Refunds[0].Status != payment.Failed || p.Dispute != nil {
+		t.Errorf("the old payment = refunded %d, refund %s, dispute %+v; want 0, failed, none", p.AmountRefunded, p.Refunds[0].Status, p.Dispute)
+	}
+XX, `{}`); r.Status != 201 || refundView(t, r).Amount != 2000 {
+		t.Errorf("refund of all that is left = %d %s, want 201 of 2000", r.Status, r.Body)
+	}
+	if total, _ := e.providerRefunds(); total != 2000 {
+		t.Errorf("the provider refunded %d, want 2000 as oncepay", total)
+	}
+	np := e.pay("order-3", visa).payment(t)
+	d, err := e.Sim.Dispute(ctx, np.ChargeID, "duplicate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := fmt.Appendf(nil, `{"type":"charge.dispute.created","timestamp":"2026-01-01T00:00:00Z","data":{"id":%q,"charge_id":%q,"amount":1000,"currency":"EUR","status":"needs_response"}}`, d.ID, np.ChargeID)
+	if r := e.webhook("msg_d234d04_dispute", time.Now(), simWebhookSecret, ev); r.Status != 200 || !strings.Contains(string(r.Body), `"state":"processed"`) {
+		t.Fatalf("dispute = %d %s, want 200 processed", r.Status, r.Body)
+	}
+	if got := e.do("GET", "/v1/payments/"+np.ID, nil).payment(t); got.Dispute == nil || got.Dispute.Reason != "duplicate" || got.Status != payment.Succeeded {
+		t.Errorf("the disputed payment = %s, dispute %+v; want succeeded, disputed as duplicate", got.Status, got.Dispute)
+	}
+}
