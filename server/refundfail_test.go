@@ -507,7 +507,10 @@ func TestMigrateDatabaseMadeBeforeDisputes(t *testing.T) {
 	if p := e.do("GET", "/v1/payments/"+paid, nil).payment(t); p.AmountRefunded != 0 || p.Refunds[0].Status != payment.Failed || p.Dispute != nil {
 		t.Errorf("the old payment = refunded %d, refund %s, dispute %+v; want 0, failed, none", p.AmountRefunded, p.Refunds[0].Status, p.Dispute)
 	}
-XX, `{}`); r.Status != 201 || refundView(t, r).Amount != 2000 {
+	if got := e.outboxOf(v.ID); len(got) != 2 || got[0] != payment.EventRefundSucceeded || got[1] != payment.EventRefundFailed {
+		t.Errorf("outbox events of the old refund = %v, want its refund.succeeded, then one refund.failed", got)
+	}
+	if r := e.refund(paid, "refund-2", `{}`); r.Status != 201 || refundView(t, r).Amount != 2000 {
 		t.Errorf("refund of all that is left = %d %s, want 201 of 2000", r.Status, r.Body)
 	}
 	if total, _ := e.providerRefunds(); total != 2000 {
