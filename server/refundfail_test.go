@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
+
 	"github.com/oncepay/oncepay/payment"
 	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/server"
@@ -527,5 +529,61 @@ func TestMigrateDatabaseMadeBeforeDisputes(t *testing.T) {
 	}
 	if got := e.do("GET", "/v1/payments/"+np.ID, nil).payment(t); got.Dispute == nil || got.Dispute.Reason != "duplicate" || got.Status != payment.Succeeded {
 		t.Errorf("the disputed payment = %s, dispute %+v; want succeeded, disputed as duplicate", got.Status, got.Dispute)
+	}
+}
+
+// The events of a refund the bank failed and of a dispute, and the
+// payment that shows its dispute, are what the OpenAPI document says: in
+// GET /v1/events, GET /v1/payments/{id}, and as the body of the document's
+// webhooks.event delivery.
+func TestRefundFailureAndDisputeMatchOpenAPI(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, envOptions{})
+	s := loadSpec(t, e)
+	id := e.paid("order-spec")
+	v := refundView(t, e.refund(id, "refund-spec", `{"amount":300}`))
+	if _, err := e.Sim.FailRefund(ctx, v.ProviderRefundID, ""); err != nil {
+		t.Fatal(err)
+	}
+	key := payment.RefundDownstreamKey(server.DemoScope, "refund-spec")
+	if r := e.webhook("msg_spec_failed", time.Now(), simWebhookSecret, simRefundEvent(sim.EventRefundFailed, v, v.ProviderRefundID, key)); r.Status != 200 {
+		t.Fatalf("refund failure = %d %s", r.Status, r.Body)
+	}
+	p := e.do("GET", "/v1/payments/"+id, nil).payment(t)
+	d, err := e.Sim.Dispute(ctx, p.ChargeID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := fmt.Appendf(nil, `{"type":"charge.dispute.created","timestamp":"2026-01-01T00:00:00Z","data":{"id":%q,"charge_id":%q}}`, d.ID, p.ChargeID)
+	if r := e.webhook("msg_spec_dispute", time.Now(), simWebhookSecret, ev); r.Status != 200 {
+		t.Fatalf("dispute = %d %s", r.Status, r.Body)
+	}
+	got := e.do("GET", "/v1/payments/"+id, nil)
+	s.check("disputed payment", "GET", "/v1/payments/"+id, got)
+	if !strings.Contains(string(got.Body), `"dispute":{"id":"`+d.ID) {
+		t.Errorf("payment = %s, want its dispute", got.Body)
+	}
+	list := e.do("GET", "/v1/events", nil)
+	s.check("events", "GET", "/v1/events", list)
+	var page struct{ Data []json.RawMessage }
+	if err := json.Unmarshal(list.Body, &page); err != nil {
+		t.Fatal(err)
+	}
+	types := map[string]bool{}
+	schema := s.doc.Webhooks["event"].Post.RequestBody.Value.Content.Get("application/json").Schema.Value
+	for _, b := range page.Data {
+		var v map[string]any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		types[v["type"].(string)] = true
+		if err := schema.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+			t.Errorf("event %s does not match webhooks.event: %v", b, err)
+		}
+	}
+	for _, want := range []string{"refund.failed", "payment.disputed"} {
+		if !types[want] {
+			t.Errorf("events = %v, want a %s", types, want)
+		}
 	}
 }
