@@ -57,7 +57,11 @@ func (in *Inbox) applyRefund(ctx context.Context, ev Event) (EventState, string,
 		// a failure says too; a success the provider does not know is held.
 		return in.settle(ctx, ev, *a, func(a Attempt) (Outcome, bool) {
 			if ev.Kind == EventRefundFailure {
-				return refundDeclinedOutcome(a, &DeclineError{Code: ev.DeclineCode, Message: "The provider did not make the refund; nothing was given back."}), true
+				code := ev.DeclineCode
+				if code == "" {
+					code = "refund_failed"
+				}
+				return refundDeclinedOutcome(a, &DeclineError{Code: code, Message: "The provider did not make the refund; nothing was given back."}), true
 			}
 			return Outcome{}, false
 		}, final)
@@ -117,6 +121,9 @@ func (in *Inbox) refundFinal(ctx context.Context, ev Event, id, key string) (Eve
 	code := ev.DeclineCode // the provider's own word, when it gives one
 	if d != nil && d.Code != "" {
 		code = d.Code
+	}
+	if code == "" {
+		code = "refund_failed"
 	}
 	now := in.Now()
 	ok, err := in.Store.FailRefund(ctx, r.Scope, r.ID, code, RefundFailedEvent(*r, code, now), now)
