@@ -190,48 +190,60 @@ func (s *Sim) handleFailRefund(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		FailureCode string `json:"failure_code"`
 	}
-	if err := decodeOptional(w, r, &body); err != nil {
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
+	if !decodeKnob(w, r, &body, true) {
 		return
 	}
 	rf, err := s.FailRefund(r.Context(), r.PathValue("id"), body.FailureCode)
-	if errors.Is(err, ErrNoRefund) {
-		writeError(w, http.StatusNotFound, apiError{Type: "not_found", Message: "no such refund"})
-		return
-	}
-	s.answer(w, r, "fail refund", rf, err)
+	knobAnswer(w, r, "no such refund in the ledger", rf, err, ErrNoRefund)
 }
 
 func (s *Sim) handleDispute(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Reason string `json:"reason"`
 	}
-	if err := decodeOptional(w, r, &body); err != nil {
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
+	if !decodeKnob(w, r, &body, true) {
 		return
 	}
 	d, err := s.Dispute(r.Context(), r.PathValue("id"), body.Reason)
-	if errors.Is(err, ErrNoCharge) {
-		writeError(w, http.StatusNotFound, apiError{Type: "not_found", Message: "no such charge"})
-		return
-	}
-	s.answer(w, r, "dispute", d, err)
+	knobAnswer(w, r, "no such charge in the ledger", d, err, ErrNoCharge)
 }
 
 func (s *Sim) handleCloseDispute(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Status string `json:"status"`
 	}
-	if err := decode(w, r, &body); err != nil {
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
+	if !decodeKnob(w, r, &body, false) {
 		return
 	}
 	d, err := s.CloseDispute(r.Context(), r.PathValue("id"), body.Status)
-	if errors.Is(err, payment.ErrNoDispute) {
-		writeError(w, http.StatusNotFound, apiError{Type: "not_found", Message: "no such dispute"})
-		return
+	knobAnswer(w, r, "no such dispute in the ledger", d, err, payment.ErrNoDispute)
+}
+
+// decodeKnob reads the body of a /sim/ action (optional: may be left out)
+// or answers a 400 problem.
+func decodeKnob(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
+	err := decode(w, r, v)
+	if err == nil || optional && errors.Is(err, io.EOF) {
+		return true
 	}
-	s.answer(w, r, "close dispute", d, err)
+	writeProblem(w, http.StatusBadRequest, "/problems/invalid-request", "Invalid request", err.Error())
+	return false
+}
+
+// knobAnswer writes the result of a /sim/ action as the knobs answer:
+// v, or a problem: 404 for notFound, 400 for bad input, 500 otherwise.
+func knobAnswer(w http.ResponseWriter, r *http.Request, missing string, v any, err, notFound error) {
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, v)
+	case errors.Is(err, notFound):
+		writeProblem(w, http.StatusNotFound, payment.ProblemNotFound, "Not found", missing+".")
+	case errors.Is(err, ErrInvalidRequest):
+		writeProblem(w, http.StatusBadRequest, "/problems/invalid-request", "Invalid request", err.Error())
+	default:
+		slog.ErrorContext(r.Context(), "sim: "+r.URL.Path, "err", err)
+		writeProblem(w, http.StatusInternalServerError, "/problems/internal", "Internal error", "The ledger could not be written.")
+	}
 }
 
 func (s *Sim) handleLookupDispute(w http.ResponseWriter, r *http.Request) {
@@ -241,14 +253,6 @@ func (s *Sim) handleLookupDispute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.answer(w, r, "dispute lookup", d, err)
-}
-
-// decodeOptional is decode for a body that may be left out.
-func decodeOptional(w http.ResponseWriter, r *http.Request, v any) error {
-	if err := decode(w, r, v); err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	return nil
 }
 
 // answer writes the result of a call that moves money or looks it up: v,
