@@ -127,6 +127,11 @@ func TestCopyToPostgres(t *testing.T) {
 	if n, err := src.Purge(ctx, now.Add(-time.Hour), 10); n != 1 || err != nil {
 		t.Fatalf("Purge = %d, %v", n, err)
 	}
+	// Its cardholder disputed it.
+	dispute := payment.Dispute{ID: "dp_1", Status: "lost", Reason: "fraudulent", Amount: 1000}
+	if ok, err := src.SetDispute(ctx, scope, old.ID, dispute, nil, now); !ok || err != nil {
+		t.Fatalf("SetDispute = %v, %v", ok, err)
+	}
 	event := &payment.InboxEvent{Event: payment.Event{Provider: "sim", ID: "evt_1", Type: "charge.succeeded", Kind: payment.EventSucceeded, PaymentID: final.ID},
 		State: payment.EventReceived, ReceivedAt: now, UpdatedAt: now}
 	if ok, err := src.ReceiveEvent(ctx, event); !ok || err != nil {
@@ -182,6 +187,9 @@ func TestCopyToPostgres(t *testing.T) {
 	}
 	if r, err := dst.Refunds(ctx, scope, final.ID); err != nil || len(r) != 1 || r[0].ID != refund.ID || r[0].Status != payment.InProgress {
 		t.Errorf("copied refunds = %+v, %v, want the one in progress", r, err)
+	}
+	if p, err := dst.Payment(ctx, scope, old.ID); err != nil || p.Dispute == nil || *p.Dispute != dispute {
+		t.Errorf("copied disputed payment = %+v, %v, want its dispute %+v", p, err, dispute)
 	}
 	late := storetest.NewAttempt("old", now, time.Minute)
 	late.Scope = scope

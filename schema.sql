@@ -75,6 +75,14 @@ CREATE TABLE IF NOT EXISTS payments (
     details         BLOB,                         -- description and metadata (JSON)
     created_at      INTEGER NOT NULL,
     updated_at      INTEGER NOT NULL,
+    -- The cardholder's dispute the provider told of (NULL: none), added
+    -- after the first release (migrate.go adds them to older files). The
+    -- payment stays succeeded; a closed dispute (won, lost,
+    -- warning_closed) is not reopened.
+    dispute_id      TEXT,
+    dispute_status  TEXT,
+    dispute_reason  TEXT,
+    dispute_amount  INTEGER,
     CHECK (amount_refunded >= 0 AND amount_reserved >= 0 AND amount_refunded + amount_reserved <= amount)
 );
 

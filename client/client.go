@@ -93,12 +93,23 @@ type Payment struct {
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	AmountRefunded int64             `json:"amount_refunded"`
 	Refunds        []Refund          `json:"refunds,omitempty"`
+	// Dispute is the cardholder's dispute the provider told of, nil if
+	// none; the payment's status stays succeeded.
+	Dispute *Dispute `json:"dispute,omitempty"`
 	// IdempotencyKey is empty once the key's record was purged.
 	IdempotencyKey string    `json:"idempotency_key,omitempty"`
 	CreatedAt      time.Time `json:"created_at"`
 	// Replayed is true when this answer is the stored one of an earlier
 	// request with the same key (the server's Idempotent-Replayed header).
 	Replayed bool `json:"-"`
+}
+
+// Dispute is a payment's dispute, as the provider holds it.
+type Dispute struct {
+	ID     string `json:"id"`
+	Status string `json:"status"` // Stripe's: needs_response, under_review, won, lost, ...
+	Reason string `json:"reason,omitempty"`
+	Amount int64  `json:"amount"`
 }
 
 // A payment's statuses.
@@ -116,9 +127,12 @@ const (
 
 // Refund is a refund as oncepay reports it.
 type Refund struct {
-	ID               string    `json:"id"`
-	PaymentID        string    `json:"payment_id"`
-	Status           string    `json:"status"` // "succeeded", "failed" or "in_progress"
+	ID        string `json:"id"`
+	PaymentID string `json:"payment_id"`
+	// Status is "succeeded", "failed" or "in_progress". A refund the bank
+	// failed after it succeeded is "failed" from Get and Refunds; the
+	// refund request's replay still gets its first answer.
+	Status           string    `json:"status"`
 	Amount           int64     `json:"amount"`
 	Currency         string    `json:"currency"`
 	Reason           string    `json:"reason,omitempty"`
@@ -218,7 +232,11 @@ const (
 	EventPaymentQueued    = "payment.queued"
 	EventPaymentExpired   = "payment.expired"
 	EventRefundSucceeded  = "refund.succeeded"
-	EventRefundFailed     = "refund.failed"
+	EventRefundFailed     = "refund.failed" // declined, or failed by the bank after it succeeded
+	// EventPaymentDisputed: a dispute opened or moved (the payment stays
+	// succeeded); EventPaymentDisputeClosed: it closed, won or lost.
+	EventPaymentDisputed      = "payment.disputed"
+	EventPaymentDisputeClosed = "payment.dispute_closed"
 )
 
 // Payment is the payment a payment.* event is about, as it was then.

@@ -77,7 +77,7 @@ func New(inProgress InProgressFunc, now func() time.Time) *Metrics {
 		}, []string{"provider", "type", "outcome"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_webhook_events_refused_total",
-			Help: "Tries of provider events the inbox refused to apply, by provider (the endpoint) and reason: other_provider (about a payment made through another provider; ignored), unconfirmed (a success the provider, asked by the payment's key, has no charge for; held failed), mismatch (a charge for another amount or currency than the payment's; ignored), conflict (a success a final payment does not hold: money may have moved twice; ignored and logged as an error, for an operator).",
+			Help: "Tries of provider events the inbox refused to apply, by provider (the endpoint) and reason: other_provider (about a payment or refund made through another provider; ignored), unconfirmed (a success or dispute the provider, asked by key or id, does not know; held failed), mismatch (a charge for another amount or currency than the payment's; ignored), conflict (a success contradicting a final answer: a payment failed or succeeded as another charge, a refund failed that the provider says succeeded; money may have moved twice; held failed and logged as an error, for an operator), contradicted (a refund's failure the provider, asked by the refund's key, says succeeded; held failed). Held events are tried again, and each try counts.",
 		}, []string{"provider", "reason"}),
 	}
 	m.byOutcome = map[string]prometheus.Counter{}

@@ -20,6 +20,19 @@ const (
 	// EventFailed: the provider refused the charge (Stripe
 	// payment_intent.payment_failed, the sim's charge.failed).
 	EventFailed EventKind = "failed"
+	// EventRefunded: the provider made a refund (the sim's
+	// refund.succeeded, Stripe's refund.created or refund.updated with the
+	// refund succeeded).
+	EventRefunded EventKind = "refunded"
+	// EventRefundFailure: the provider failed a refund, maybe after it
+	// succeeded: the bank returned it (Stripe refund.failed, and
+	// charge.refund.updated with the refund failed; the sim's
+	// refund.failed).
+	EventRefundFailure EventKind = "refund_failed"
+	// EventDisputed: a cardholder disputed a payment, or the dispute moved
+	// or closed (Stripe charge.dispute.created and charge.dispute.closed,
+	// the sim's charge.dispute.created and charge.dispute.closed).
+	EventDisputed EventKind = "disputed"
 	// EventOther: a type oncepay does not use.
 	EventOther EventKind = "other"
 )
@@ -38,8 +51,15 @@ type Event struct {
 	PaymentID     string `json:"payment_id,omitempty"`
 	DownstreamKey string `json:"downstream_key,omitempty"`
 	Charge        Charge `json:"charge"`                   // EventSucceeded: what was charged
-	DeclineCode   string `json:"decline_code,omitempty"`   // EventFailed
+	DeclineCode   string `json:"decline_code,omitempty"`   // EventFailed, EventRefundFailure
 	DeclineReason string `json:"decline_reason,omitempty"` // EventFailed, meant for the customer
+	// RefundID and ProviderRefundID name a refund event's refund, as
+	// oncepay and the provider call it; DownstreamKey is then the refund's.
+	RefundID         string `json:"refund_id,omitempty"`
+	ProviderRefundID string `json:"provider_refund_id,omitempty"`
+	// Dispute is what an EventDisputed says of the dispute: its id finds
+	// it at the provider, which says the rest.
+	Dispute *Dispute `json:"dispute,omitempty"`
 }
 
 // Problem types of the webhook endpoint.
@@ -111,6 +131,28 @@ type EventStore interface {
 	ListEvents(ctx context.Context, f EventFilter) ([]InboxEvent, error)
 	// AttemptByPaymentID finds an attempt by payment id in any scope.
 	AttemptByPaymentID(ctx context.Context, id string) (*ListedAttempt, error)
+
+	// PaymentByID and RefundByID find a payment or a refund by id in any
+	// scope, or return an ENOTFOUND error: an event names what it is about
+	// by oncepay's id, long after its key's record may have been purged.
+	PaymentByID(ctx context.Context, id string) (*Payment, error)
+	RefundByID(ctx context.Context, id string) (*Refund, error)
+
+	// FailRefund records that the bank failed the refund id of scope after
+	// it succeeded: in one transaction, if and only if the refund is still
+	// succeeded, it becomes failed with failureCode, its amount goes back
+	// to its payment's refundable balance, and e is written. ok is false,
+	// and nothing is written, for a refund not succeeded (in progress,
+	// failed already) or not in scope. The attempt's stored answer is not
+	// touched: a replay gets the bytes its first request got.
+	FailRefund(ctx context.Context, scope, id, failureCode string, e *OutboxEvent, now time.Time) (ok bool, err error)
+
+	// SetDispute stores d as the dispute of the payment id of scope, and
+	// writes e, in one transaction, if d changes what the payment holds:
+	// no dispute or another one before, or this one's status moved while
+	// it was open. A dispute that is closed stays so. ok is false, and
+	// nothing is written, otherwise.
+	SetDispute(ctx context.Context, scope, id string, d Dispute, e *OutboxEvent, now time.Time) (ok bool, err error)
 }
 
 // Delivery is the inbox's answer to one delivery of an event.
@@ -137,10 +179,16 @@ const (
 	// RefusedMismatch: a success event whose charge is for another amount
 	// or currency than the payment; ignored.
 	RefusedMismatch = "mismatch"
-	// RefusedConflict: a success event about a final payment that does not
-	// hold it (failed, or succeeded as another charge); ignored, logged as
-	// an error for an operator: money may have moved twice.
+	// RefusedConflict: an event that contradicts a final answer a client
+	// may already hold: a success about a payment that failed or succeeded
+	// as another charge, a refund's success about a refund that failed
+	// while the provider says it succeeded. Held failed, logged as an
+	// error for an operator: money may have moved twice.
 	RefusedConflict = "conflict"
+	// RefusedContradicted: a refund's failure the provider, asked by the
+	// refund's key, contradicts (it says the refund succeeded, or holds
+	// none): held failed, tried again in case the provider lags.
+	RefusedContradicted = "contradicted"
 )
 
 // Inbox applies provider events to attempts, each at most once, through
@@ -311,9 +359,19 @@ var errAttemptBusy = Errorf(EINPROGRESS, "A request holds this payment's attempt
 // apply settles the attempt the event names and returns the state the
 // event ends in. An error leaves the event failed, to be tried again.
 func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error) {
-	if ev.Kind != EventSucceeded && ev.Kind != EventFailed {
-		return EventIgnored, "event type not used", nil
+	switch ev.Kind {
+	case EventSucceeded, EventFailed:
+		return in.applyPayment(ctx, ev)
+	case EventRefunded, EventRefundFailure:
+		return in.applyRefund(ctx, ev)
+	case EventDisputed:
+		return in.applyDispute(ctx, ev)
 	}
+	return EventIgnored, "event type not used", nil
+}
+
+// applyPayment settles the payment a charge's event names.
+func (in *Inbox) applyPayment(ctx context.Context, ev Event) (EventState, string, error) {
 	la, err := in.Store.AttemptByPaymentID(ctx, ev.PaymentID)
 	if ErrorCode(err) == ENOTFOUND || err == nil && (la.Kind != KindPayment || DownstreamKey(la.Scope, la.Key) != ev.DownstreamKey) {
 		in.Log.Info("event for a payment oncepay does not know; ignored", "provider", ev.Provider, "event_id", ev.ID, "payment_id", ev.PaymentID)
@@ -336,37 +394,46 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 			"payment_id", a.ID, "amount", a.Amount, "currency", a.Currency, "event_amount", ev.Charge.Amount, "event_currency", ev.Charge.Currency)
 		return EventIgnored, fmt.Sprintf("not applied: the event's charge is %d %s, the payment %d %s", ev.Charge.Amount, ev.Charge.Currency, a.Amount, a.Currency), nil
 	}
+	// The event is a hint: the provider, asked by the payment's key, says
+	// what is recorded. Nothing there means it moved no money, which a
+	// decline says too; a success it does not know is held failed.
+	return in.settle(ctx, ev, a, func(a Attempt) (Outcome, bool) {
+		if ev.Kind == EventFailed {
+			return declinedOutcome(a, &DeclineError{Code: ev.DeclineCode, Message: ev.DeclineReason}), true
+		}
+		return Outcome{}, false
+	}, func(a Attempt) (EventState, string, error) { return in.final(ev, a) })
+}
+
+// settle brings a, the attempt of a payment or refund an event names, to
+// what the provider holds under its key, through confirm (the takeover
+// and the fenced record a request or reconcile uses); absent says what
+// the provider holding nothing means. An attempt that is, or becomes,
+// final is decided by final.
+func (in *Inbox) settle(ctx context.Context, ev Event, a Attempt, absent func(Attempt) (Outcome, bool), final func(Attempt) (EventState, string, error)) (EventState, string, error) {
 	for range 2 { // once more after losing the attempt to a request or reconcile
 		if a.Status != InProgress {
-			return in.final(ev, a)
+			return final(a)
 		}
 		if a.LeaseLive(in.Now()) {
 			return "", "", errAttemptBusy
 		}
-		// The event is a hint: the provider, asked by the payment's key, says
-		// what is recorded. Nothing there means it moved no money, which a
-		// decline says too; a success it does not know is held failed.
-		o, lookupErr, err := in.Service.confirm(ctx, a, func(a Attempt) (Outcome, bool) {
-			if ev.Kind == EventFailed {
-				return declinedOutcome(a, &DeclineError{Code: ev.DeclineCode, Message: ev.DeclineReason}), true
-			}
-			return Outcome{}, false
-		})
+		o, lookupErr, err := in.Service.confirm(ctx, a, absent)
 		switch {
 		case err != nil:
 			return "", "", err
 		case lookupErr != nil:
 			return "", "", &Error{Code: EUNAVAILABLE, Message: "The provider could not confirm the event: " + lookupErr.Error(), Err: lookupErr}
 		case o.Status == InProgress:
-			in.refuse(ev, RefusedUnconfirmed, in.Log.Warn, "the provider has no charge under the payment's key; event not applied",
-				"payment_id", a.ID, "event_charge_id", ev.Charge.ID)
-			return "", "", errUnconfirmed
+			in.refuse(ev, RefusedUnconfirmed, in.Log.Warn, "the provider has nothing under the key of the "+string(a.Kind)+"; event not applied",
+				"id", a.ID, "event_charge_id", ev.Charge.ID)
+			return "", "", unconfirmed(a.Kind)
 		case o.Status != "":
 			if ev.Kind == EventSucceeded && o.ChargeID != ev.Charge.ID {
 				in.Log.Warn("event names another charge than the provider holds under the payment's key; the provider's recorded",
 					"provider", ev.Provider, "event_id", ev.ID, "payment_id", a.ID, "charge_id", o.ChargeID, "event_charge_id", ev.Charge.ID)
 			}
-			in.Log.Info("event settled attempt", "provider", ev.Provider, "event_id", ev.ID, "payment_id", a.ID, "status", o.Status, "charge_id", o.ChargeID)
+			in.Log.Info("event settled attempt", "provider", ev.Provider, "event_id", ev.ID, "kind", a.Kind, "id", a.ID, "status", o.Status, "charge_id", o.ChargeID)
 			return EventProcessed, "settled " + string(o.Status), nil
 		}
 		cur, err := in.Service.Store.Attempt(ctx, a.Scope, a.Key)
@@ -378,18 +445,30 @@ func (in *Inbox) apply(ctx context.Context, ev Event) (EventState, string, error
 	return "", "", errAttemptBusy
 }
 
-// errUnconfirmed: the provider, asked by the payment's key, has no charge,
-// so a success event is not applied. It stays failed, tried again, in
-// case the provider's answer lags; the payment waits for its client's retry
-// or reconcile.
-var errUnconfirmed = Errorf(ENOTFOUND, "Not applied: the provider has no charge under this payment's key. The payment stays in progress for its client's retry or reconcile.")
+// unconfirmed is the error of an event the provider, asked by the key of
+// the attempt of kind k, does not confirm: it has nothing there. It stays
+// failed, tried again, in case the provider's answer lags; the attempt
+// waits for its client's retry or reconcile.
+func unconfirmed(k Kind) error {
+	if k == KindRefund {
+		return Errorf(ENOTFOUND, "Not applied: the provider has no refund under this refund's key. The refund stays in progress for its client's retry or reconcile.")
+	}
+	return Errorf(ENOTFOUND, "Not applied: the provider has no charge under this payment's key. The payment stays in progress for its client's retry or reconcile.")
+}
+
+// held is the error of an event held failed because it contradicts what
+// is stored, or what the provider says: why, for the operator's page. It
+// is tried again (the provider may lag), and an operator may redeliver it.
+func held(format string, args ...any) error {
+	return Errorf(ENOTFOUND, "Held: "+format, args...)
+}
 
 // final decides an event about an attempt already settled: one that agrees
 // is processed (nothing to do); one that disagrees never changes a final
 // answer the client may already hold. A late failure is logged; a success
 // the record does not hold (money moved that the client was told did not,
-// or moved twice: another charge than the payment's) is flagged for an
-// operator, logged as an error and counted.
+// or moved twice: another charge than the payment's) is held failed for an
+// operator, with its reason, logged as an error and counted.
 func (in *Inbox) final(ev Event, a Attempt) (EventState, string, error) {
 	if a.Status == Queued {
 		// Its client holds a 202, not an outcome: the forwarder settles it,
@@ -408,9 +487,9 @@ func (in *Inbox) final(ev Event, a Attempt) (EventState, string, error) {
 	}
 	in.refuse(ev, RefusedConflict, in.Log.Error, "event disagrees with a final attempt; not applied", args...)
 	if a.Status == Succeeded {
-		return EventIgnored, fmt.Sprintf("flagged for an operator: the payment succeeded as charge %s, and this event says charge %s succeeded: money may have moved twice", a.ChargeID, ev.Charge.ID), nil
+		return "", "", held("flagged for an operator: the payment succeeded as charge %s, and this event says charge %s succeeded: money may have moved twice.", a.ChargeID, ev.Charge.ID)
 	}
-	return EventIgnored, fmt.Sprintf("flagged for an operator: the payment failed (its client was told so), and this event says charge %s succeeded: money may have moved", ev.Charge.ID), nil
+	return "", "", held("flagged for an operator: the payment failed (its client was told so), and this event says charge %s succeeded: money may have moved.", ev.Charge.ID)
 }
 
 // refuse logs, with log, and counts a try that refused ev for reason.

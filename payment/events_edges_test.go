@@ -46,8 +46,9 @@ func TestSweepWaitsALease(t *testing.T) {
 }
 
 // A failed event agreeing with a failed attempt is processed; events that
-// disagree with a final attempt are ignored and logged, as an error when
-// money moved that the client was told did not.
+// disagree with a final attempt are not applied: a late failure is
+// ignored and logged, a success (money moved that the client was told did
+// not) is held failed with its reason, logged as an error and counted.
 func TestEventsAgainstFinalAttempts(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
@@ -70,8 +71,11 @@ func TestEventsAgainstFinalAttempts(t *testing.T) {
 		t.Errorf("a failure agreeing with the declined attempt = %+v, %v; want processed", d, err)
 	}
 	succeeded := succeededEvent("evt_succeeded", a, payment.Charge{ID: "ch_surprise", Amount: a.Amount, Currency: a.Currency})
-	if d, err := inbox.Deliver(ctx, succeeded); err != nil || d.State != payment.EventIgnored {
-		t.Errorf("a success after a decline = %+v, %v; want ignored", d, err)
+	if d, err := inbox.Deliver(ctx, succeeded); err != nil || d.State != payment.EventFailedState {
+		t.Errorf("a success after a decline = %+v, %v; want held failed", d, err)
+	}
+	if e, err := f.DB.InboxEvent(ctx, "sim", "evt_succeeded"); err != nil || !strings.HasPrefix(e.LastError, "Held: flagged for an operator: the payment failed") {
+		t.Errorf("held event = %+v, %v; want its reason", e, err)
 	}
 	if !strings.Contains(logs.String(), `"level":"ERROR","msg":"event disagrees with a final attempt; not applied"`) {
 		t.Errorf("a success after a decline was not logged as an error: %s", logs.String())

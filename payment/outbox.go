@@ -22,13 +22,18 @@ const (
 	EventPaymentQueued    EventType = "payment.queued" // taken while the provider could not be reached
 	EventPaymentExpired   EventType = "payment.expired"
 	EventRefundSucceeded  EventType = "refund.succeeded"
-	EventRefundFailed     EventType = "refund.failed"
+	EventRefundFailed     EventType = "refund.failed" // declined, or failed by the bank after it succeeded
+	// A payment's dispute, as the provider tells of it: opened, and
+	// closed (won, lost). The payment stays succeeded; its dispute field
+	// says where the dispute stands.
+	EventPaymentDisputed      EventType = "payment.disputed"
+	EventPaymentDisputeClosed EventType = "payment.dispute_closed"
 )
 
 // EventTypes are every EventType, in the order the docs list them.
 var EventTypes = []EventType{
 	EventPaymentSucceeded, EventPaymentFailed, EventPaymentQueued, EventPaymentExpired,
-	EventRefundSucceeded, EventRefundFailed,
+	EventRefundSucceeded, EventRefundFailed, EventPaymentDisputed, EventPaymentDisputeClosed,
 }
 
 // ValidEventType reports whether t is one of EventTypes.
@@ -62,13 +67,13 @@ type OutboxEvent struct {
 // payment's view has no refunds: a payment is refunded only once it
 // succeeded, and then no longer changes state.
 func ChangeEvent(a Attempt, o Outcome, now time.Time) *OutboxEvent {
-	e := &OutboxEvent{ID: NewEventID(), Scope: a.Scope, ObjectID: a.ID, CreatedAt: now.UTC().Truncate(time.Millisecond)}
+	var typ EventType
 	if a.Kind == KindRefund {
-		e.Type = EventRefundFailed
+		typ = EventRefundFailed
 		if o.Status == Succeeded {
-			e.Type = EventRefundSucceeded
+			typ = EventRefundSucceeded
 		}
-	} else if e.Type = paymentEventTypes[o.Status]; e.Type == "" {
+	} else if typ = paymentEventTypes[o.Status]; typ == "" {
 		panic("payment: no event for a change to " + string(o.Status)) // only final statuses and queued are recorded
 	}
 	object := o.view // the answer's own JSON, when it is the view
@@ -80,6 +85,13 @@ func ChangeEvent(a Attempt, o Outcome, now time.Time) *OutboxEvent {
 			object = a.View().Body()
 		}
 	}
+	return objectEvent(a.Scope, typ, a.ID, object, now)
+}
+
+// objectEvent is the event of type typ about the object id of scope, whose
+// JSON (as GET shows it after the change) is object.
+func objectEvent(scope string, typ EventType, id string, object []byte, now time.Time) *OutboxEvent {
+	e := &OutboxEvent{ID: NewEventID(), Scope: scope, Type: typ, ObjectID: id, CreatedAt: now.UTC().Truncate(time.Millisecond)}
 	// Stripe's shape, written out: only the view needs encoding/json (the
 	// id and the type are ASCII letters, digits, "_" and ".").
 	b := make([]byte, 0, len(object)+128)
@@ -93,6 +105,26 @@ func ChangeEvent(a Attempt, o Outcome, now time.Time) *OutboxEvent {
 	b = append(b, bytes.TrimSuffix(object, []byte("\n"))...)
 	e.Body = append(b, "}}"...)
 	return e
+}
+
+// RefundFailedEvent is the event of a refund that succeeded and then
+// failed (the bank returned it) with code: the refund as GET shows it once
+// failed.
+func RefundFailedEvent(r Refund, code string, now time.Time) *OutboxEvent {
+	r.Status, r.FailureCode = Failed, code
+	return objectEvent(r.Scope, EventRefundFailed, r.ID, r.View().Body(), now)
+}
+
+// DisputeEvent is the event of dispute d on payment p: payment.disputed,
+// or payment.dispute_closed once d is closed. Like ChangeEvent's, the
+// payment's view has no refunds.
+func DisputeEvent(p Payment, d Dispute, now time.Time) *OutboxEvent {
+	typ := EventPaymentDisputed
+	if d.Closed() {
+		typ = EventPaymentDisputeClosed
+	}
+	p.Dispute = &d
+	return objectEvent(p.Scope, typ, p.ID, p.View(nil).Body(), now)
 }
 
 // paymentEventTypes is the event of a payment's change to each status.

@@ -150,8 +150,37 @@ type Payment struct {
 	AmountRefunded int64 // refunds that succeeded
 	AmountReserved int64 // refunds in progress
 	Details        []byte
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	// Dispute is the cardholder's dispute the provider told of, nil if
+	// none: the payment stays succeeded, the dispute says what became of it.
+	Dispute   *Dispute
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Dispute is a cardholder's dispute of a payment, as the provider reports
+// it (Stripe's Dispute object): its id, status (warning_needs_response,
+// warning_under_review, warning_closed, needs_response, under_review, won,
+// lost), reason and the amount disputed, in the payment's currency.
+type Dispute struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+	Amount int64  `json:"amount"`
+}
+
+// DisputeClosedStatuses are the statuses a dispute ends in: once in one,
+// an event that says it is open again (a late charge.dispute.created) is
+// older news and changes nothing.
+var DisputeClosedStatuses = []string{"won", "lost", "warning_closed"}
+
+// Closed reports whether the dispute has ended.
+func (d *Dispute) Closed() bool {
+	for _, s := range DisputeClosedStatuses {
+		if d.Status == s {
+			return true
+		}
+	}
+	return false
 }
 
 // Refundable is what is left to refund: nothing is promised twice.

@@ -65,6 +65,9 @@ type ProviderRefund struct {
 	Amount         int64     `json:"amount"`
 	Currency       string    `json:"currency"`
 	CreatedAt      time.Time `json:"created_at"`
+	// Status is what a ledger that lists its refunds says of one
+	// (succeeded, or failed: it gave nothing back); "" where not told.
+	Status string `json:"status,omitempty"`
 }
 
 // ChargeRequest is what the provider is asked to charge.
@@ -130,3 +133,27 @@ func IsDecline(err error) (*DeclineError, bool) {
 	ok := errors.As(err, &d)
 	return d, ok
 }
+
+// DisputeLooker is a provider that can say what it holds of a dispute: a
+// dispute event is applied only as the provider confirms it. (An optional
+// interface: a provider without it leaves dispute events failed, unapplied.)
+type DisputeLooker interface {
+	// LookupDispute returns the dispute id as the provider holds it now. An
+	// error wrapping ErrNoDispute means it has none by that id; any other
+	// error means the answer is not known.
+	LookupDispute(ctx context.Context, id string) (ProviderDispute, error)
+}
+
+// ProviderDispute is the provider's record of a dispute.
+type ProviderDispute struct {
+	Dispute
+	Currency string `json:"currency"`
+	// ChargeID is the charge disputed, as oncepay stored it (Payment.ChargeID:
+	// Stripe's PaymentIntent, the sim's charge).
+	ChargeID string `json:"charge_id"`
+	// PaymentID is oncepay's payment id, as the charge carries it.
+	PaymentID string `json:"payment_id"`
+}
+
+// ErrNoDispute is a provider's answer that it holds no dispute by that id.
+var ErrNoDispute = errors.New("the provider has no such dispute")

@@ -121,6 +121,9 @@ type View struct {
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	AmountRefunded int64             `json:"amount_refunded"`
 	Refunds        []RefundView      `json:"refunds"`
+	// Dispute is present once the provider told of a dispute; the status
+	// stays succeeded.
+	Dispute *Dispute `json:"dispute,omitempty"`
 	// IdempotencyKey is absent once the key's record was purged.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	CreatedAt      string `json:"created_at"`
@@ -151,6 +154,7 @@ func (p *Payment) View(refunds []Refund) View {
 		Refunds:        make([]RefundView, 0, len(refunds)),
 		IdempotencyKey: p.Key,
 		CreatedAt:      formatTime(p.CreatedAt),
+		Dispute:        p.Dispute,
 	}
 	for _, r := range refunds {
 		v.Refunds = append(v.Refunds, r.View())

@@ -75,12 +75,18 @@ func (db *DB) Import(ctx context.Context, s *payment.Snapshot) error {
 			return err
 		}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"payments"}, []string{"id", "scope", "key_hash", "amount", "currency", "status",
-			"charge_id", "failure_code", "amount_refunded", "amount_reserved", "details", "created_at", "updated_at"},
+			"charge_id", "failure_code", "amount_refunded", "amount_reserved", "details", "created_at", "updated_at",
+			"dispute_id", "dispute_status", "dispute_reason", "dispute_amount"},
 			pgx.CopyFromSlice(len(s.Payments), func(i int) ([]any, error) {
 				p := s.Payments[i]
+				var dID, dStatus, dReason *string
+				var dAmount *int64
+				if d := p.Dispute; d != nil {
+					dID, dStatus, dReason, dAmount = &d.ID, &d.Status, nullString(d.Reason), &d.Amount
+				}
 				return []any{p.ID, p.Scope, p.KeyHash, p.Amount, p.Currency, string(p.Status),
 					nullString(p.ChargeID), nullString(p.FailureCode), p.AmountRefunded, p.AmountReserved, p.Details,
-					ms(p.CreatedAt), ms(p.UpdatedAt)}, nil
+					ms(p.CreatedAt), ms(p.UpdatedAt), dID, dStatus, dReason, dAmount}, nil
 			})); err != nil {
 			return err
 		}

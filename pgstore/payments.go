@@ -105,7 +105,8 @@ func settleRefund(ctx context.Context, tx pgx.Tx, id, paymentID string, amount i
 }
 
 const paymentColumns = `p.id, p.scope, coalesce(a.idempotency_key, ''), p.key_hash, p.amount, p.currency, p.status,
-	p.charge_id, p.failure_code, p.amount_refunded, p.amount_reserved, p.details, p.created_at, p.updated_at`
+	p.charge_id, p.failure_code, p.amount_refunded, p.amount_reserved, p.details, p.created_at, p.updated_at,
+	p.dispute_id, p.dispute_status, p.dispute_reason, p.dispute_amount`
 
 // Payment returns the payment id within scope, with its key while the key's
 // record is kept.
@@ -124,16 +125,25 @@ func (db *DB) Payment(ctx context.Context, scope, id string) (*payment.Payment, 
 
 func scanPayment(row pgx.Row) (*payment.Payment, error) {
 	var (
-		p                 payment.Payment
-		status            string
-		chargeID, failure *string
-		created, updated  int64
+		p                     payment.Payment
+		status                string
+		chargeID, failure     *string
+		created, updated      int64
+		dID, dStatus, dReason *string
+		dAmount               *int64
 	)
 	if err := row.Scan(&p.ID, &p.Scope, &p.Key, &p.KeyHash, &p.Amount, &p.Currency,
-		&status, &chargeID, &failure, &p.AmountRefunded, &p.AmountReserved, &p.Details, &created, &updated); err != nil {
+		&status, &chargeID, &failure, &p.AmountRefunded, &p.AmountReserved, &p.Details, &created, &updated,
+		&dID, &dStatus, &dReason, &dAmount); err != nil {
 		return nil, err
 	}
 	p.Status, p.ChargeID, p.FailureCode = payment.Status(status), deref(chargeID), deref(failure)
+	if dID != nil {
+		p.Dispute = &payment.Dispute{ID: *dID, Status: deref(dStatus), Reason: deref(dReason)}
+		if dAmount != nil {
+			p.Dispute.Amount = *dAmount
+		}
+	}
 	p.CreatedAt, p.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
 	return &p, nil
 }
@@ -166,11 +176,13 @@ func (db *DB) ListPayments(ctx context.Context, f payment.PaymentFilter) ([]paym
 // Refunds returns the refunds of payment paymentID within scope, oldest
 // first.
 func (db *DB) Refunds(ctx context.Context, scope, paymentID string) ([]payment.Refund, error) {
-	return queryAll(ctx, db, scanRefund, `SELECT r.id, r.scope, r.payment_id, coalesce(a.idempotency_key, ''),
-		r.amount, r.currency, r.status, r.provider_refund_id, r.failure_code, r.details, r.created_at, r.updated_at
+	return queryAll(ctx, db, scanRefund, `SELECT `+refundColumns+`
 		FROM refunds r LEFT JOIN payment_attempts a ON a.id = r.id
 		WHERE r.payment_id = $1 AND r.scope = $2 ORDER BY r.created_at, r.id`, paymentID, scope)
 }
+
+const refundColumns = `r.id, r.scope, r.payment_id, coalesce(a.idempotency_key, ''),
+	r.amount, r.currency, r.status, r.provider_refund_id, r.failure_code, r.details, r.created_at, r.updated_at`
 
 func scanRefund(row pgx.Row) (*payment.Refund, error) {
 	var (
@@ -220,4 +232,85 @@ func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (i
 		return err
 	})
 	return int(n), mapErr(err)
+}
+
+// PaymentByID returns the payment id in any scope.
+func (db *DB) PaymentByID(ctx context.Context, id string) (*payment.Payment, error) {
+	p, err := scanPayment(db.pool.QueryRow(ctx, `SELECT `+paymentColumns+`
+		FROM payments p LEFT JOIN payment_attempts a ON a.id = p.id WHERE p.id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, payment.ErrNoPayment()
+	}
+	return p, mapErr(err)
+}
+
+// RefundByID returns the refund id in any scope.
+func (db *DB) RefundByID(ctx context.Context, id string) (*payment.Refund, error) {
+	r, err := scanRefund(db.pool.QueryRow(ctx, `SELECT `+refundColumns+`
+		FROM refunds r LEFT JOIN payment_attempts a ON a.id = r.id WHERE r.id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, payment.Errorf(payment.ENOTFOUND, "No such refund.")
+	}
+	return r, mapErr(err)
+}
+
+// FailRefund moves a succeeded refund to failed and gives its amount back
+// to its payment, with e, in one transaction. The guarded UPDATE decides:
+// a racing one waits for the row, then finds it failed and matches nothing.
+func (db *DB) FailRefund(ctx context.Context, scope, id, failureCode string, e *payment.OutboxEvent, now time.Time) (ok bool, err error) {
+	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		ok = false
+		var (
+			paymentID string
+			amount    int64
+		)
+		err := tx.QueryRow(ctx, `UPDATE refunds SET status = 'failed', failure_code = $1, updated_at = $2
+			WHERE id = $3 AND scope = $4 AND status = 'succeeded'
+			RETURNING payment_id, amount`, nullString(failureCode), ms(now), id, scope).Scan(&paymentID, &amount)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE payments SET amount_refunded = amount_refunded - $1, updated_at = $2
+			WHERE id = $3 AND scope = $4`, amount, ms(now), paymentID, scope); err != nil {
+			return err
+		}
+		if err := insertEvent(ctx, tx, e); err != nil {
+			return err
+		}
+		ok = true
+		return nil
+	})
+	if err != nil {
+		return false, mapErr(err)
+	}
+	return ok, nil
+}
+
+// SetDispute stores d on the payment, with e, if it changes what the
+// payment holds: no dispute or another one, or this one, open, in another
+// status. A closed one stays closed.
+func (db *DB) SetDispute(ctx context.Context, scope, id string, d payment.Dispute, e *payment.OutboxEvent, now time.Time) (ok bool, err error) {
+	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		ok = false
+		tag, err := tx.Exec(ctx, `UPDATE payments
+			SET dispute_id = $1, dispute_status = $2, dispute_reason = $3, dispute_amount = $4, updated_at = $5
+			WHERE id = $6 AND scope = $7 AND (dispute_id IS NULL OR dispute_id <> $1
+				OR dispute_status <> $2 AND dispute_status NOT IN ('won', 'lost', 'warning_closed'))`,
+			d.ID, d.Status, nullString(d.Reason), d.Amount, ms(now), id, scope)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		if err := insertEvent(ctx, tx, e); err != nil {
+			return err
+		}
+		ok = true
+		return nil
+	})
+	if err != nil {
+		return false, mapErr(err)
+	}
+	return ok, nil
 }

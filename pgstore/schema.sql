@@ -82,6 +82,15 @@ CREATE TABLE IF NOT EXISTS payments (
     CHECK (amount_refunded >= 0 AND amount_reserved >= 0 AND amount_refunded + amount_reserved <= amount)
 );
 
+-- The cardholder's dispute the provider told of (NULL: none). Added after
+-- the first release: a database made before gets the columns here. The
+-- payment stays succeeded; a closed dispute (won, lost, warning_closed)
+-- is not reopened.
+ALTER TABLE payments ADD COLUMN IF NOT EXISTS dispute_id     TEXT COLLATE "C";
+ALTER TABLE payments ADD COLUMN IF NOT EXISTS dispute_status TEXT;
+ALTER TABLE payments ADD COLUMN IF NOT EXISTS dispute_reason TEXT;
+ALTER TABLE payments ADD COLUMN IF NOT EXISTS dispute_amount BIGINT;
+
 -- The payments of a database made before refunds, as sqlitestore's
 -- migration makes them (the request without amount, currency and source
 -- is the details). Nothing once every payment attempt has its row.

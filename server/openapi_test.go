@@ -299,6 +299,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		{"admin events bad filter", "GET", "/admin/events", admin("/admin/events?state=nope"), 400, payment.ProblemInvalidRequest},
 		{"sim bad faults", "PUT", "/sim/faults", e.do("PUT", "/sim/faults", []byte(`{"latency":"0s","fail_before_charge":2,"fail_after_charge":0,"fail_lookup":0}`), "Authorization", "Bearer spec-admin"), 400, payment.ProblemInvalidRequest},
 	}
+	tests = append(tests, simActions(t, e)...)
 	tests = append(tests, other...)
 	tests = append(tests, demoAnswers(t)...)
 	seen := map[string]bool{}
@@ -398,6 +399,44 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		if !slices.Contains(codeTypes, p) {
 			t.Errorf("the spec's ProblemType has %s, which the code does not define", p)
 		}
+	}
+}
+
+// simActions are the answers of the simulated provider's actions: a refund
+// failed by the bank, a dispute opened and closed; bad bodies, unknown
+// ids, a cross-origin request.
+func simActions(t *testing.T, e *env) []answerCase {
+	t.Helper()
+	ctx := context.Background()
+	charges, err := e.Sim.Charges(ctx)
+	if err != nil || len(charges) == 0 {
+		t.Fatalf("sim charges = %v, %v; want one to act on", charges, err)
+	}
+	ch := charges[len(charges)-1]
+	rf, err := e.Sim.Refund(ctx, payment.ProviderRefundRequest{IdempotencyKey: "spec-sim-refund", ChargeID: ch.ID, Amount: 1, Currency: ch.Currency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(path, body string, headers ...string) response {
+		return e.do("POST", path, []byte(body), append([]string{"Authorization", "Bearer spec-admin", "Content-Type", "application/json"}, headers...)...)
+	}
+	opened := post("/sim/charges/"+ch.ID+"/dispute", `{"reason":"duplicate"}`)
+	var d struct{ ID string }
+	json.Unmarshal(opened.Body, &d)
+	evil := []string{"Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"}
+	return []answerCase{
+		{"sim fail refund", "POST", "/sim/refunds/" + rf.ID + "/fail", post("/sim/refunds/"+rf.ID+"/fail", ""), 200, ""},
+		{"sim fail refund, bad body", "POST", "/sim/refunds/" + rf.ID + "/fail", post("/sim/refunds/"+rf.ID+"/fail", `{"code":1}`), 400, payment.ProblemInvalidRequest},
+		{"sim fail no refund", "POST", "/sim/refunds/re_sim_none/fail", post("/sim/refunds/re_sim_none/fail", ""), 404, payment.ProblemNotFound},
+		{"sim fail refund cross-origin", "POST", "/sim/refunds/" + rf.ID + "/fail", post("/sim/refunds/"+rf.ID+"/fail", "", evil...), 403, payment.ProblemCrossOrigin},
+		{"sim dispute", "POST", "/sim/charges/" + ch.ID + "/dispute", opened, 200, ""},
+		{"sim dispute, bad body", "POST", "/sim/charges/" + ch.ID + "/dispute", post("/sim/charges/"+ch.ID+"/dispute", `[]`), 400, payment.ProblemInvalidRequest},
+		{"sim dispute of no charge", "POST", "/sim/charges/ch_none/dispute", post("/sim/charges/ch_none/dispute", ""), 404, payment.ProblemNotFound},
+		{"sim dispute cross-origin", "POST", "/sim/charges/" + ch.ID + "/dispute", post("/sim/charges/"+ch.ID+"/dispute", "", evil...), 403, payment.ProblemCrossOrigin},
+		{"sim close dispute", "POST", "/sim/disputes/" + d.ID + "/close", post("/sim/disputes/"+d.ID+"/close", `{"status":"won"}`), 200, ""},
+		{"sim close dispute, bad status", "POST", "/sim/disputes/" + d.ID + "/close", post("/sim/disputes/"+d.ID+"/close", `{"status":"maybe"}`), 400, payment.ProblemInvalidRequest},
+		{"sim close no dispute", "POST", "/sim/disputes/dp_sim_none/close", post("/sim/disputes/dp_sim_none/close", `{"status":"lost"}`), 404, payment.ProblemNotFound},
+		{"sim close dispute cross-origin", "POST", "/sim/disputes/" + d.ID + "/close", post("/sim/disputes/"+d.ID+"/close", `{"status":"lost"}`, evil...), 403, payment.ProblemCrossOrigin},
 	}
 }
 

@@ -346,8 +346,9 @@ func TestWebhookChargeForAnotherAmountNeverSettles(t *testing.T) {
 
 // A success event naming another charge than the one a succeeded payment
 // recorded says money may have moved twice: it changes nothing the client
-// holds, and is not marked processed in silence but flagged for an
+// holds, and is not marked processed in silence but held failed for an
 // operator: the reason on the inbox page, an error in the log, a count.
+// Its sender is told 503, so it redelivers, and each try asks again.
 func TestWebhookSecondChargeFlagged(t *testing.T) {
 	logs := &syncBuffer{}
 	e := newEnv(t, envOptions{log: logs})
@@ -360,12 +361,12 @@ func TestWebhookSecondChargeFlagged(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.webhook("msg_second", time.Now(), simWebhookSecret, simEvent(a, payment.Charge{ID: "ch_second", Amount: a.Amount, Currency: a.Currency}))
-	if r.Status != 200 || !strings.Contains(string(r.Body), `"state":"ignored"`) {
-		t.Fatalf("webhook = %d %s, want 200 ignored", r.Status, r.Body)
+	if r.Status != 503 || r.problemType() != payment.ProblemEventNotApplied {
+		t.Fatalf("webhook = %d %s, want 503 not applied", r.Status, r.Body)
 	}
-	want := "flagged for an operator: the payment succeeded as charge " + a.ChargeID + ", and this event says charge ch_second succeeded: money may have moved twice"
-	if evs := e.events(); len(evs) != 1 || evs[0].Result != want {
-		t.Errorf("inbox = %+v, want the event ignored with %q", evs, want)
+	want := "Held: flagged for an operator: the payment succeeded as charge " + a.ChargeID + ", and this event says charge ch_second succeeded: money may have moved twice."
+	if evs := e.events(); len(evs) != 1 || evs[0].State != payment.EventFailedState || evs[0].LastError != want {
+		t.Errorf("inbox = %+v, want the event held failed with %q", evs, want)
 	}
 	if page := string(e.do("GET", "/admin/events", nil).Body); !strings.Contains(page, want) {
 		t.Errorf("the inbox page does not flag the event")

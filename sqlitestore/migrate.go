@@ -38,7 +38,7 @@ DROP TABLE api_keys_v0;`
 // as it is; each step runs in one transaction, so a crash leaves the
 // database as it was before or after the step, never between.
 func migrate(ctx context.Context, w *sql.DB, schema string) error {
-	for _, step := range []func(ctx context.Context, tx *sql.Tx, schema string) error{migrateMerchants, migratePayments, migrateExpiredKeys, migrateAttemptProvider, migrateOfflineStatuses} {
+	for _, step := range []func(ctx context.Context, tx *sql.Tx, schema string) error{migrateMerchants, migratePayments, migrateExpiredKeys, migrateAttemptProvider, migrateOfflineStatuses, migrateDisputes} {
 		if err := inTx(ctx, w, schema, step); err != nil {
 			return err
 		}
@@ -234,6 +234,24 @@ func migrateAttemptProvider(ctx context.Context, tx *sql.Tx, _ string) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE payment_attempts
 		SET provider = (SELECT value FROM settings WHERE name = 'provider')`); err != nil {
 		return fmt.Errorf("migrate attempts' provider: %w", err)
+	}
+	return nil
+}
+
+// migrateDisputes gives the payments of a database made before disputes
+// their dispute columns, NULL: no payment made before had one recorded.
+func migrateDisputes(ctx context.Context, tx *sql.Tx, _ string) error {
+	var payments, column int
+	err := tx.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'payments'),
+		(SELECT count(*) FROM pragma_table_info('payments') WHERE name = 'dispute_id')`).Scan(&payments, &column)
+	if err != nil || payments == 0 || column == 1 {
+		return err
+	}
+	for _, col := range []string{"dispute_id TEXT", "dispute_status TEXT", "dispute_reason TEXT", "dispute_amount INTEGER"} {
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE payments ADD COLUMN `+col); err != nil {
+			return fmt.Errorf("migrate payments' disputes: %w", err)
+		}
 	}
 	return nil
 }

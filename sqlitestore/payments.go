@@ -103,7 +103,8 @@ func settleRefund(ctx context.Context, tx *sql.Tx, id, paymentID string, amount 
 }
 
 const paymentColumns = `p.id, p.scope, coalesce(a.idempotency_key, ''), p.key_hash, p.amount, p.currency, p.status,
-	p.charge_id, p.failure_code, p.amount_refunded, p.amount_reserved, p.details, p.created_at, p.updated_at`
+	p.charge_id, p.failure_code, p.amount_refunded, p.amount_reserved, p.details, p.created_at, p.updated_at,
+	p.dispute_id, p.dispute_status, p.dispute_reason, p.dispute_amount`
 
 // Payment returns the payment id within scope, with its key while the key's
 // record is kept.
@@ -125,13 +126,15 @@ func scanPayment(row scanner) (*payment.Payment, error) {
 		p                 payment.Payment
 		chargeID, failure sql.NullString
 		created, updated  int64
+		dispute           disputeColumns
 	)
 	err := row.Scan(&p.ID, &p.Scope, &p.Key, &p.KeyHash, &p.Amount, &p.Currency,
-		&p.Status, &chargeID, &failure, &p.AmountRefunded, &p.AmountReserved, &p.Details, &created, &updated)
+		&p.Status, &chargeID, &failure, &p.AmountRefunded, &p.AmountReserved, &p.Details, &created, &updated,
+		&dispute.id, &dispute.status, &dispute.reason, &dispute.amount)
 	if err != nil {
 		return nil, err
 	}
-	p.ChargeID, p.FailureCode = chargeID.String, failure.String
+	p.ChargeID, p.FailureCode, p.Dispute = chargeID.String, failure.String, dispute.dispute()
 	p.CreatedAt, p.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
 	return &p, nil
 }
@@ -224,4 +227,97 @@ func (db *DB) ListPayments(ctx context.Context, f payment.PaymentFilter) ([]paym
 		slices.Reverse(ps)
 	}
 	return ps, err
+}
+
+// disputeColumns scans a payment's dispute, NULL when it has none.
+type disputeColumns struct {
+	id, status, reason sql.NullString
+	amount             sql.NullInt64
+}
+
+func (c disputeColumns) dispute() *payment.Dispute {
+	if !c.id.Valid {
+		return nil
+	}
+	return &payment.Dispute{ID: c.id.String, Status: c.status.String, Reason: c.reason.String, Amount: c.amount.Int64}
+}
+
+// PaymentByID returns the payment id in any scope.
+func (db *DB) PaymentByID(ctx context.Context, id string) (*payment.Payment, error) {
+	p, err := scanPayment(db.r.QueryRowContext(ctx, `SELECT `+paymentColumns+`
+		FROM payments p LEFT JOIN payment_attempts a ON a.id = p.id WHERE p.id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, payment.Errorf(payment.ENOTFOUND, "No such payment.")
+	}
+	return p, mapErr(err)
+}
+
+// RefundByID returns the refund id in any scope.
+func (db *DB) RefundByID(ctx context.Context, id string) (*payment.Refund, error) {
+	r, err := scanRefund(db.r.QueryRowContext(ctx, `SELECT `+refundColumns+`
+		FROM refunds r LEFT JOIN payment_attempts a ON a.id = r.id WHERE r.id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, payment.Errorf(payment.ENOTFOUND, "No such refund.")
+	}
+	return r, mapErr(err)
+}
+
+// FailRefund moves a succeeded refund to failed and gives its amount back
+// to its payment, with e, in one write: the guarded UPDATE (status still
+// succeeded) decides, so of many racing only one moves the money back.
+func (db *DB) FailRefund(ctx context.Context, scope, id, failureCode string, e *payment.OutboxEvent, now time.Time) (ok bool, err error) {
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		ok = false
+		var (
+			paymentID string
+			amount    int64
+		)
+		err := tx.QueryRowContext(ctx, `UPDATE refunds SET status = 'failed', failure_code = ?, updated_at = ?
+			WHERE id = ? AND scope = ? AND status = 'succeeded'
+			RETURNING payment_id, amount`, nullString(failureCode), ms(now), id, scope).Scan(&paymentID, &amount)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE payments SET amount_refunded = amount_refunded - ?, updated_at = ?
+			WHERE id = ? AND scope = ?`, amount, ms(now), paymentID, scope); err != nil {
+			return err
+		}
+		if err := db.insertEvent(ctx, tx, e); err != nil {
+			return err
+		}
+		ok = true
+		return nil
+	})
+	return ok && err == nil, err
+}
+
+// disputeChanges is the guard of SetDispute: the payment holds no dispute
+// or another one, or this one, open, in another status.
+const disputeChanges = `(dispute_id IS NULL OR dispute_id <> ?1
+	OR dispute_status <> ?2 AND dispute_status NOT IN ('won', 'lost', 'warning_closed'))`
+
+// SetDispute stores d on the payment, with e, if it changes what the
+// payment holds.
+func (db *DB) SetDispute(ctx context.Context, scope, id string, d payment.Dispute, e *payment.OutboxEvent, now time.Time) (ok bool, err error) {
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		ok = false
+		res, err := tx.ExecContext(ctx, `UPDATE payments
+			SET dispute_id = ?1, dispute_status = ?2, dispute_reason = ?3, dispute_amount = ?4, updated_at = ?5
+			WHERE id = ?6 AND scope = ?7 AND `+disputeChanges, d.ID, d.Status, nullString(d.Reason), d.Amount, ms(now), id, scope)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		if err := db.insertEvent(ctx, tx, e); err != nil {
+			return err
+		}
+		ok = true
+		return nil
+	})
+	return ok && err == nil, err
 }

@@ -96,6 +96,8 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 		{"DeliveryClaims", testDeliveryClaims},
 		{"DeliveryBacklogAndPurge", testDeliveryBacklogAndPurge},
 		{"RedeliverDelivery", testRedeliverDelivery},
+		{"RefundFailsOnce", testRefundFailsOnce},
+		{"Disputes", testDisputes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

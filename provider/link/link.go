@@ -45,7 +45,10 @@ type Link struct {
 	cfg Config
 }
 
-var _ payment.Provider = (*Link)(nil)
+var (
+	_ payment.Provider      = (*Link)(nil)
+	_ payment.DisputeLooker = (*Link)(nil)
+)
 
 // New returns p behind a circuit breaker.
 func New(p payment.Provider, cfg Config) (*Link, error) {
@@ -66,7 +69,8 @@ func New(p payment.Provider, cfg Config) (*Link, error) {
 		IsSuccessful: func(err error) bool {
 			// The provider answered, whatever it said.
 			_, declined := payment.IsDecline(err)
-			return err == nil || declined || errors.Is(err, payment.ErrProviderKeyReused) || errors.Is(err, payment.ErrProviderUnavailable)
+			return err == nil || declined || errors.Is(err, payment.ErrProviderKeyReused) || errors.Is(err, payment.ErrProviderUnavailable) ||
+				errors.Is(err, payment.ErrNoDispute)
 		},
 		// A caller that gave up (shutdown) says nothing of the link.
 		IsExcluded:    func(err error) bool { return errors.Is(err, context.Canceled) },
@@ -170,6 +174,16 @@ func (l *Link) Lookup(ctx context.Context, req payment.LookupRequest) (payment.C
 
 func (l *Link) Refund(ctx context.Context, req payment.ProviderRefundRequest) (payment.ProviderRefund, error) {
 	return call(l, false, func() (payment.ProviderRefund, error) { return l.p.Refund(ctx, req) })
+}
+
+// LookupDispute asks the provider behind the link about a dispute, through
+// the breaker, if that provider can be asked (payment.DisputeLooker).
+func (l *Link) LookupDispute(ctx context.Context, id string) (payment.ProviderDispute, error) {
+	dl, ok := l.p.(payment.DisputeLooker)
+	if !ok {
+		return payment.ProviderDispute{}, errors.New("link: the provider cannot be asked about disputes")
+	}
+	return call(l, false, func() (payment.ProviderDispute, error) { return dl.LookupDispute(ctx, id) })
 }
 
 func (l *Link) LookupRefund(ctx context.Context, req payment.RefundLookup) (payment.ProviderRefund, bool, error) {

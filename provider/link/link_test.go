@@ -141,3 +141,42 @@ func TestRunProbesUntilUp(t *testing.T) {
 		t.Fatalf("the link is %s 5s after the provider came back, want up", l.State())
 	}
 }
+
+// disputing is a bank that can be asked about disputes.
+type disputing struct{ bank }
+
+func (d *disputing) LookupDispute(_ context.Context, id string) (payment.ProviderDispute, error) {
+	if err := d.answer(); err != nil {
+		return payment.ProviderDispute{}, err
+	}
+	if id != "dp_1" {
+		return payment.ProviderDispute{}, payment.ErrNoDispute
+	}
+	return payment.ProviderDispute{Dispute: payment.Dispute{ID: id, Status: "lost"}, PaymentID: "pay_1"}, nil
+}
+
+// A dispute is asked through the link when the provider behind it can be
+// asked: an answer, "no such dispute" included, keeps the link up. A
+// provider that cannot be asked says so, as an error, not a dispute.
+func TestLookupDisputeThroughTheLink(t *testing.T) {
+	ctx := context.Background()
+	d := &disputing{}
+	l, err := link.New(d, link.Config{Failures: 3, OpenFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.LookupDispute(ctx, "dp_1"); err != nil || got.PaymentID != "pay_1" {
+		t.Errorf("LookupDispute = %+v, %v; want the provider's dispute", got, err)
+	}
+	for range 5 {
+		if _, err := l.LookupDispute(ctx, "dp_none"); !errors.Is(err, payment.ErrNoDispute) {
+			t.Fatalf("LookupDispute of none = %v, want ErrNoDispute", err)
+		}
+	}
+	if l.Down() {
+		t.Errorf("after answers of no dispute the link is %s, want up", l.State())
+	}
+	if _, err := newLink(t, &bank{}, nil).LookupDispute(ctx, "dp_1"); err == nil {
+		t.Errorf("LookupDispute through a provider that cannot be asked = nil error")
+	}
+}

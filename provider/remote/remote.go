@@ -27,7 +27,10 @@ type Client struct {
 	hc      *http.Client
 }
 
-var _ payment.Provider = (*Client)(nil)
+var (
+	_ payment.Provider      = (*Client)(nil)
+	_ payment.DisputeLooker = (*Client)(nil)
+)
 
 // New returns a client for the provider at baseURL, e.g.
 // "http://127.0.0.1:9090". timeout bounds each call end to end; a call that
@@ -97,10 +100,12 @@ func (c *Client) Lookup(ctx context.Context, req payment.LookupRequest) (payment
 // the same reading of its answers as Charge.
 func (c *Client) Refund(ctx context.Context, req payment.ProviderRefundRequest) (payment.ProviderRefund, error) {
 	body, _ := json.Marshal(map[string]any{ // cannot fail: strings and an integer
-		"charge_id": req.ChargeID,
-		"amount":    req.Amount,
-		"currency":  req.Currency,
-		"reason":    req.Reason,
+		"charge_id":  req.ChargeID,
+		"amount":     req.Amount,
+		"currency":   req.Currency,
+		"reason":     req.Reason,
+		"refund_id":  req.RefundID, // carried in the sim's events
+		"payment_id": req.PaymentID,
 	})
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+"/v1/refunds", bytes.NewReader(body))
 	if err != nil {
@@ -135,8 +140,34 @@ func (c *Client) LookupRefund(ctx context.Context, req payment.RefundLookup) (pa
 		return r, err == nil, err
 	case providerNotFound(status, b):
 		return payment.ProviderRefund{}, false, nil
+	case status == http.StatusPaymentRequired: // it holds a refund that gave nothing back
+		return payment.ProviderRefund{}, false, refusal("refund lookup", status, b)
 	}
 	return payment.ProviderRefund{}, false, statusError("refund lookup", status, b)
+}
+
+// LookupDispute asks the provider for the dispute id. It implements
+// payment.DisputeLooker.
+func (c *Client) LookupDispute(ctx context.Context, id string) (payment.ProviderDispute, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+"/v1/disputes/"+url.PathEscape(id), nil)
+	if err != nil {
+		return payment.ProviderDispute{}, fmt.Errorf("remote: dispute lookup: %w", err)
+	}
+	status, b, err := c.do(hreq)
+	if err != nil {
+		return payment.ProviderDispute{}, fmt.Errorf("remote: dispute lookup: %w", err)
+	}
+	switch {
+	case status == http.StatusOK:
+		var d payment.ProviderDispute
+		if err := json.Unmarshal(b, &d); err != nil || d.ID == "" {
+			return payment.ProviderDispute{}, errors.New("remote: dispute lookup: provider sent no readable dispute")
+		}
+		return d, nil
+	case providerNotFound(status, b):
+		return payment.ProviderDispute{}, fmt.Errorf("remote: dispute lookup: %w", payment.ErrNoDispute)
+	}
+	return payment.ProviderDispute{}, statusError("dispute lookup", status, b)
 }
 
 // refusal reads a failed answer to a call that moves money: a decline, a key

@@ -12,7 +12,7 @@ import (
 // healthy provider that answers at once. In JSON:
 //
 //	{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0,"no_dedupe":false,"no_refund_limit":false,
-//	 "webhook_delay":"0s","webhook_duplicate":0,"webhook_reorder":0}
+//	 "fail_refund_later":0,"webhook_delay":"0s","webhook_duplicate":0,"webhook_reorder":0}
 type Faults struct {
 	Latency          time.Duration // waited before every Charge and Lookup
 	FailBeforeCharge float64       // probability a Charge fails with nothing charged
@@ -28,6 +28,11 @@ type Faults struct {
 	// refund by transfer). Then only the merchant's own reservation stands
 	// between two refunds at once and more money out than came in.
 	NoRefundLimit bool
+	// FailRefundLater is the probability a refund the bank took (and
+	// answered as made) is then returned by it: the ledger shows it
+	// failed, its amount refundable again, and a refund.failed event
+	// follows its refund.succeeded (see FailRefund).
+	FailRefundLater float64
 
 	// The webhook knobs, for a sim that sends events (SetWebhook).
 	WebhookDelay     time.Duration // each event waits a random time up to this before its first delivery
@@ -47,17 +52,19 @@ func (f Faults) MarshalJSON() ([]byte, error) {
 		FailLookup       float64 `json:"fail_lookup"`
 		NoDedupe         bool    `json:"no_dedupe"`
 		NoRefundLimit    bool    `json:"no_refund_limit"`
+		FailRefundLater  float64 `json:"fail_refund_later"`
 		WebhookDelay     string  `json:"webhook_delay"`
 		WebhookDuplicate float64 `json:"webhook_duplicate"`
 		WebhookReorder   float64 `json:"webhook_reorder"`
-	}{f.Latency.String(), f.FailBeforeCharge, f.FailAfterCharge, f.FailLookup, f.NoDedupe, f.NoRefundLimit,
+	}{f.Latency.String(), f.FailBeforeCharge, f.FailAfterCharge, f.FailLookup, f.NoDedupe, f.NoRefundLimit, f.FailRefundLater,
 		f.WebhookDelay.String(), f.WebhookDuplicate, f.WebhookReorder})
 }
 
 // UnmarshalJSON reads the form MarshalJSON writes. The four failure knobs
 // are required and unknown fields rejected, so a typo cannot silently leave
-// a knob at zero; no_dedupe (absent: the provider dedupes) and the webhook
-// knobs (absent: off), added later, are optional, so older clients work.
+// a knob at zero; no_dedupe (absent: the provider dedupes), fail_refund_later
+// and the webhook knobs (absent: off), added later, are optional, so older
+// clients work.
 func (f *Faults) UnmarshalJSON(b []byte) error {
 	var v struct {
 		Latency          *string  `json:"latency"`
@@ -66,6 +73,7 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 		FailLookup       *float64 `json:"fail_lookup"`
 		NoDedupe         bool     `json:"no_dedupe"`
 		NoRefundLimit    bool     `json:"no_refund_limit"`
+		FailRefundLater  float64  `json:"fail_refund_later"`
 		WebhookDelay     string   `json:"webhook_delay"`
 		WebhookDuplicate float64  `json:"webhook_duplicate"`
 		WebhookReorder   float64  `json:"webhook_reorder"`
@@ -88,7 +96,7 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("webhook_delay: %w", err)
 		}
 	}
-	*f = Faults{latency, *v.FailBeforeCharge, *v.FailAfterCharge, *v.FailLookup, v.NoDedupe, v.NoRefundLimit,
+	*f = Faults{latency, *v.FailBeforeCharge, *v.FailAfterCharge, *v.FailLookup, v.NoDedupe, v.NoRefundLimit, v.FailRefundLater,
 		delay, v.WebhookDuplicate, v.WebhookReorder}
 	return nil
 }
@@ -110,6 +118,7 @@ func (s *Sim) SetFaults(f Faults) error {
 		{"fail_before_charge", f.FailBeforeCharge},
 		{"fail_after_charge", f.FailAfterCharge},
 		{"fail_lookup", f.FailLookup},
+		{"fail_refund_later", f.FailRefundLater},
 		{"webhook_duplicate", f.WebhookDuplicate},
 		{"webhook_reorder", f.WebhookReorder},
 	} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 
@@ -27,7 +28,11 @@ const maxBody = 64 << 10
 //	GET  /v1/charges?idempotency_key=K the charge, or 404
 //	GET  /sim/refunds                  {"data":[refund, ...]}, oldest first
 //	POST /v1/refunds                   Idempotency-Key header, {"charge_id","amount","currency"}
-//	GET  /v1/refunds?idempotency_key=K the refund, or 404
+//	GET  /v1/refunds?idempotency_key=K the refund, or 402 if it failed, or 404
+//	POST /sim/refunds/{id}/fail        {"failure_code"?}: the bank returns the refund (FailRefund)
+//	POST /sim/charges/{id}/dispute     {"reason"?}: the cardholder disputes the charge (Dispute)
+//	POST /sim/disputes/{id}/close      {"status":"won"|"lost"} (CloseDispute)
+//	GET  /v1/disputes/{id}             the dispute, or 404
 //
 // Provider API errors are {"error":{"type","code","message"}}: 402 a decline,
 // 409 a key reused with other parameters, 400 bad input, 500 a failure before
@@ -43,6 +48,10 @@ func (s *Sim) Handler() http.Handler {
 	mux.HandleFunc("GET /sim/refunds", s.handleRefundLedger)
 	mux.HandleFunc("POST /v1/refunds", s.handleRefund)
 	mux.HandleFunc("GET /v1/refunds", s.handleLookupRefund)
+	mux.HandleFunc("POST /sim/refunds/{id}/fail", s.handleFailRefund)
+	mux.HandleFunc("POST /sim/charges/{id}/dispute", s.handleDispute)
+	mux.HandleFunc("POST /sim/disputes/{id}/close", s.handleCloseDispute)
+	mux.HandleFunc("GET /v1/disputes/{id}", s.handleLookupDispute)
 	return fallback.Mux(mux, http.HandlerFunc(handleNotFound), http.HandlerFunc(handleMethodNotAllowed))
 }
 
@@ -146,6 +155,10 @@ func (s *Sim) handleRefund(w http.ResponseWriter, r *http.Request) {
 		Amount   int64  `json:"amount"`
 		Currency string `json:"currency"`
 		Reason   string `json:"reason"`
+		// Optional: the caller's names of the refund and its payment,
+		// carried in events.
+		RefundID  string `json:"refund_id"`
+		PaymentID string `json:"payment_id"`
 	}
 	if err := decode(w, r, &body); err != nil {
 		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: err.Error()})
@@ -154,6 +167,7 @@ func (s *Sim) handleRefund(w http.ResponseWriter, r *http.Request) {
 	rf, err := s.Refund(r.Context(), payment.ProviderRefundRequest{
 		IdempotencyKey: r.Header.Get("Idempotency-Key"),
 		ChargeID:       body.ChargeID, Amount: body.Amount, Currency: body.Currency, Reason: body.Reason,
+		RefundID: body.RefundID, PaymentID: body.PaymentID,
 	})
 	s.answer(w, r, "refund", rf, err)
 }
@@ -170,6 +184,75 @@ func (s *Sim) handleLookupRefund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.answer(w, r, "refund lookup", rf, err)
+}
+
+func (s *Sim) handleFailRefund(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		FailureCode string `json:"failure_code"`
+	}
+	if !decodeKnob(w, r, &body, true) {
+		return
+	}
+	rf, err := s.FailRefund(r.Context(), r.PathValue("id"), body.FailureCode)
+	knobAnswer(w, r, "no such refund in the ledger", rf, err, ErrNoRefund)
+}
+
+func (s *Sim) handleDispute(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if !decodeKnob(w, r, &body, true) {
+		return
+	}
+	d, err := s.Dispute(r.Context(), r.PathValue("id"), body.Reason)
+	knobAnswer(w, r, "no such charge in the ledger", d, err, ErrNoCharge)
+}
+
+func (s *Sim) handleCloseDispute(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Status string `json:"status"`
+	}
+	if !decodeKnob(w, r, &body, false) {
+		return
+	}
+	d, err := s.CloseDispute(r.Context(), r.PathValue("id"), body.Status)
+	knobAnswer(w, r, "no such dispute in the ledger", d, err, payment.ErrNoDispute)
+}
+
+// decodeKnob reads the body of a /sim/ action (optional: may be left out)
+// or answers a 400 problem.
+func decodeKnob(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
+	err := decode(w, r, v)
+	if err == nil || optional && errors.Is(err, io.EOF) {
+		return true
+	}
+	writeProblem(w, http.StatusBadRequest, "/problems/invalid-request", "Invalid request", err.Error())
+	return false
+}
+
+// knobAnswer writes the result of a /sim/ action as the knobs answer:
+// v, or a problem: 404 for notFound, 400 for bad input, 500 otherwise.
+func knobAnswer(w http.ResponseWriter, r *http.Request, missing string, v any, err, notFound error) {
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, v)
+	case errors.Is(err, notFound):
+		writeProblem(w, http.StatusNotFound, payment.ProblemNotFound, "Not found", missing+".")
+	case errors.Is(err, ErrInvalidRequest):
+		writeProblem(w, http.StatusBadRequest, "/problems/invalid-request", "Invalid request", err.Error())
+	default:
+		slog.ErrorContext(r.Context(), "sim: "+r.URL.Path, "err", err)
+		writeProblem(w, http.StatusInternalServerError, "/problems/internal", "Internal error", "The ledger could not be written.")
+	}
+}
+
+func (s *Sim) handleLookupDispute(w http.ResponseWriter, r *http.Request) {
+	d, err := s.LookupDispute(r.Context(), r.PathValue("id"))
+	if errors.Is(err, payment.ErrNoDispute) {
+		writeError(w, http.StatusNotFound, apiError{Type: "not_found", Message: "no such dispute"})
+		return
+	}
+	s.answer(w, r, "dispute lookup", d, err)
 }
 
 // answer writes the result of a call that moves money or looks it up: v,

@@ -57,16 +57,16 @@ func TestHandlerFaults(t *testing.T) {
 	s := MustOpen(t)
 	h := s.Handler()
 	if got, want := serve(t, h, "GET", "/sim/faults", "", nil).Body.String(),
-		`{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0,"no_dedupe":false,"no_refund_limit":false,"webhook_delay":"0s","webhook_duplicate":0,"webhook_reorder":0}`+"\n"; got != want {
+		`{"latency":"0s","fail_before_charge":0,"fail_after_charge":0,"fail_lookup":0,"no_dedupe":false,"no_refund_limit":false,"fail_refund_later":0,"webhook_delay":"0s","webhook_duplicate":0,"webhook_reorder":0}`+"\n"; got != want {
 		t.Errorf("GET /sim/faults = %q, want %q", got, want)
 	}
 
-	const set = `{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0,"no_dedupe":true,"no_refund_limit":true,"webhook_delay":"2s","webhook_duplicate":0.5,"webhook_reorder":0.25}` + "\n"
+	const set = `{"latency":"250ms","fail_before_charge":0,"fail_after_charge":0.5,"fail_lookup":0,"no_dedupe":true,"no_refund_limit":true,"fail_refund_later":0.125,"webhook_delay":"2s","webhook_duplicate":0.5,"webhook_reorder":0.25}` + "\n"
 	w := serve(t, h, "PUT", "/sim/faults", set, nil)
 	if w.Code != http.StatusOK || w.Body.String() != set {
 		t.Errorf("PUT /sim/faults = %d %q, want 200 %q", w.Code, w.Body, set)
 	}
-	if got, want := s.Faults(), (sim.Faults{Latency: 250 * time.Millisecond, FailAfterCharge: 0.5, NoDedupe: true, NoRefundLimit: true,
+	if got, want := s.Faults(), (sim.Faults{Latency: 250 * time.Millisecond, FailAfterCharge: 0.5, NoDedupe: true, NoRefundLimit: true, FailRefundLater: 0.125,
 		WebhookDelay: 2 * time.Second, WebhookDuplicate: 0.5, WebhookReorder: 0.25}); got != want {
 		t.Errorf("Faults() = %+v, want %+v", got, want)
 	}

@@ -81,6 +81,7 @@ const schema = `CREATE TABLE IF NOT EXISTS sim_charges (
 	description     TEXT NOT NULL,
 	params_hash     TEXT NOT NULL,
 	created_at      INTEGER NOT NULL, -- unix ms
+	payment_id      TEXT,             -- the caller's name of the payment, carried in events
 	PRIMARY KEY (idempotency_key, copy)
 )`
 
@@ -118,11 +119,11 @@ func Open(path string) (*Sim, error) {
 	}
 	s := &Sim{db: db, read: read}
 	// Parsed once: every charge and lookup runs one of these.
-	const columns = `(idempotency_key, id, amount, currency, source, description, params_hash, created_at, copy)`
+	const columns = `(idempotency_key, id, amount, currency, source, description, params_hash, created_at, payment_id, copy)`
 	if s.insert, err = db.Prepare(`INSERT OR IGNORE INTO sim_charges ` + columns + `
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)`); err == nil {
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`); err == nil {
 		s.again, err = db.Prepare(`INSERT INTO sim_charges ` + columns + `
-		VALUES (?1, ?, ?, ?, ?, ?, ?, ?,
+		VALUES (?1, ?, ?, ?, ?, ?, ?, ?, ?,
 			(SELECT coalesce(max(copy) + 1, 0) FROM sim_charges WHERE idempotency_key = ?1))`)
 	}
 	if err == nil {
@@ -159,8 +160,27 @@ func createLedger(db *sql.DB) error {
 	if _, err := tx.Exec(ddl); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(refundSchema); err != nil {
+	if _, err := tx.Exec(refundSchema + ";" + disputeSchema); err != nil {
 		return err
+	}
+	// Columns added after the first ledgers: an older one gets them empty
+	// (its refunds all succeeded, its charges name no payment).
+	for _, c := range []struct{ table, column, ddl string }{
+		{"sim_charges", "payment_id", "TEXT"},
+		{"sim_refunds", "status", "TEXT NOT NULL DEFAULT 'succeeded'"},
+		{"sim_refunds", "refund_id", "TEXT"},
+		{"sim_refunds", "payment_id", "TEXT"},
+		{"sim_refunds", "failure_code", "TEXT"},
+	} {
+		var n int
+		if err := tx.QueryRow(`SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, c.table, c.column).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			if _, err := tx.Exec(`ALTER TABLE ` + c.table + ` ADD COLUMN ` + c.column + ` ` + c.ddl); err != nil {
+				return err
+			}
+		}
 	}
 	return tx.Commit()
 }
@@ -227,7 +247,7 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 		}
 	}
 	n, err := s.writer.Exec(ctx, insert, nil,
-		c.IdempotencyKey, c.ID, c.Amount, c.Currency, req.Source, req.Description, hash, c.CreatedAt.UnixMilli())
+		c.IdempotencyKey, c.ID, c.Amount, c.Currency, req.Source, req.Description, hash, c.CreatedAt.UnixMilli(), req.PaymentID)
 	if err != nil {
 		return payment.Charge{}, fmt.Errorf("sim: record charge: %w", err)
 	}

@@ -31,6 +31,14 @@ import (
 const (
 	EventChargeSucceeded = "charge.succeeded"
 	EventChargeFailed    = "charge.failed"
+	// A refund made, and a refund the bank failed (maybe after it
+	// succeeded: FailRefund, the fail_refund_later knob).
+	EventRefundSucceeded = "refund.succeeded"
+	EventRefundFailed    = "refund.failed"
+	// A charge disputed, and its dispute closed (won or lost), as Stripe
+	// names them.
+	EventDisputeCreated = "charge.dispute.created"
+	EventDisputeClosed  = "charge.dispute.closed"
 
 	secretPrefix = "whsec_"
 	// Tolerance is how far a webhook-timestamp may be from the receiver's
@@ -115,6 +123,13 @@ type webhookData struct {
 	CreatedAt      time.Time `json:"created_at"`
 	FailureCode    string    `json:"failure_code,omitempty"`
 	FailureMessage string    `json:"failure_message,omitempty"`
+	// A refund's: the caller's name of it (data.id is the sim's) and the
+	// charge refunded. A dispute's: the charge disputed, why, and where it
+	// stands (data.id is the dispute's).
+	RefundID string `json:"refund_id,omitempty"`
+	Charge   string `json:"charge_id,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Status   string `json:"status,omitempty"`
 }
 
 // VerifyWebhook checks the signature over the raw body before reading a
@@ -156,6 +171,14 @@ func VerifyWebhook(secret string, h http.Header, body []byte, now time.Time) (pa
 	case EventChargeFailed:
 		ev.Kind = payment.EventFailed
 		ev.DeclineCode, ev.DeclineReason = b.Data.FailureCode, b.Data.FailureMessage
+	case EventRefundSucceeded, EventRefundFailed:
+		ev.Kind, ev.RefundID, ev.ProviderRefundID = payment.EventRefunded, b.Data.RefundID, b.Data.ChargeID
+		if b.Type == EventRefundFailed {
+			ev.Kind, ev.DeclineCode = payment.EventRefundFailure, b.Data.FailureCode
+		}
+	case EventDisputeCreated, EventDisputeClosed:
+		ev.Kind = payment.EventDisputed
+		ev.Dispute = &payment.Dispute{ID: b.Data.ChargeID, Status: b.Data.Status, Reason: b.Data.Reason, Amount: b.Data.Amount}
 	}
 	return ev, nil
 }
@@ -260,6 +283,31 @@ func (s *Sim) emit(req payment.ChargeRequest, c payment.Charge, d *payment.Decli
 	} else {
 		id = "msg_" + strings.ToLower(crand.Text()[:24])
 		b.Type, b.Data.ChargeID, b.Data.CreatedAt = EventChargeSucceeded, c.ID, c.CreatedAt
+	}
+	s.send(id, b)
+}
+
+// emitRefund queues an event of type typ about refund r: made, or failed
+// with code. Each is a new fact, sent once.
+func (s *Sim) emitRefund(typ string, r payment.ProviderRefund, refundID, paymentID, code string) {
+	s.send("msg_"+strings.ToLower(crand.Text()[:24]), webhookBody{Type: typ, Timestamp: time.Now().UTC(), Data: webhookData{
+		ChargeID: r.ID, IdempotencyKey: r.IdempotencyKey, PaymentID: paymentID, RefundID: refundID, Charge: r.ChargeID,
+		Amount: r.Amount, Currency: r.Currency, CreatedAt: r.CreatedAt, FailureCode: code}})
+}
+
+// emitDispute queues an event of type typ about dispute d.
+func (s *Sim) emitDispute(typ string, d payment.ProviderDispute) {
+	s.send("msg_"+strings.ToLower(crand.Text()[:24]), webhookBody{Type: typ, Timestamp: time.Now().UTC(), Data: webhookData{
+		ChargeID: d.ID, PaymentID: d.PaymentID, Charge: d.ChargeID, Amount: d.Amount, Currency: d.Currency,
+		Reason: d.Reason, Status: d.Status}})
+}
+
+// send queues event id with body b, under the webhook knobs: delay,
+// duplicates, reordering.
+func (s *Sim) send(id string, b webhookBody) {
+	o := s.outbox.Load()
+	if o == nil {
+		return
 	}
 	body, _ := json.Marshal(b) // fixed types always marshal
 	f := s.Faults()

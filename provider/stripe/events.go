@@ -60,7 +60,13 @@ func VerifyWebhook(secret, signature string, body []byte) (payment.Event, error)
 		return payment.Event{}, errors.New("stripe: webhook body: no event id")
 	}
 	ev := payment.Event{Provider: "stripe", ID: e.ID, Type: string(e.Type), Kind: payment.EventOther}
-	if e.Type != stripe.EventTypePaymentIntentSucceeded && e.Type != stripe.EventTypePaymentIntentPaymentFailed {
+	switch e.Type {
+	case stripe.EventTypePaymentIntentSucceeded, stripe.EventTypePaymentIntentPaymentFailed:
+	case stripe.EventTypeRefundCreated, stripe.EventTypeRefundUpdated, stripe.EventTypeRefundFailed, stripe.EventTypeChargeRefundUpdated:
+		return refundEvent(ev, e.Data)
+	case stripe.EventTypeChargeDisputeCreated, stripe.EventTypeChargeDisputeUpdated, stripe.EventTypeChargeDisputeClosed:
+		return disputeEvent(ev, e.Data)
+	default:
 		return ev, nil
 	}
 	if e.Data == nil {
@@ -81,6 +87,42 @@ func VerifyWebhook(secret, signature string, body []byte) (payment.Event, error)
 		if pe.Msg != "" {
 			ev.DeclineReason = pe.Msg
 		}
+	}
+	return ev, nil
+}
+
+// refundEvent reads a Refund's event: made (succeeded, or pending: taken,
+// as Refund reads it), or failed (failed, canceled), named by the metadata
+// Refund set on it. Any other status is not used.
+func refundEvent(ev payment.Event, data *stripe.EventData) (payment.Event, error) {
+	var r stripe.Refund
+	if data == nil || json.Unmarshal(data.Raw, &r) != nil || r.ID == "" {
+		return payment.Event{}, errors.New("stripe: webhook body: no readable refund")
+	}
+	ev.RefundID, ev.PaymentID, ev.DownstreamKey, ev.ProviderRefundID = r.Metadata[MetaRefund], r.Metadata[MetaPayment], r.Metadata[MetaKey], r.ID
+	switch r.Status {
+	case stripe.RefundStatusSucceeded, stripe.RefundStatusPending:
+		ev.Kind = payment.EventRefunded
+	case stripe.RefundStatusFailed, stripe.RefundStatusCanceled:
+		ev.Kind, ev.DeclineCode = payment.EventRefundFailure, string(r.FailureReason)
+		if ev.DeclineCode == "" {
+			ev.DeclineCode = "refund_" + string(r.Status)
+		}
+	}
+	return ev, nil
+}
+
+// disputeEvent reads a Dispute's event. Its payment is learned by asking
+// Stripe (LookupDispute), as is where it stands.
+func disputeEvent(ev payment.Event, data *stripe.EventData) (payment.Event, error) {
+	var d stripe.Dispute
+	if data == nil || json.Unmarshal(data.Raw, &d) != nil || d.ID == "" {
+		return payment.Event{}, errors.New("stripe: webhook body: no readable dispute")
+	}
+	ev.Kind = payment.EventDisputed
+	ev.Dispute = &payment.Dispute{ID: d.ID, Status: string(d.Status), Reason: string(d.Reason), Amount: d.Amount}
+	if d.PaymentIntent != nil {
+		ev.Charge.ID = d.PaymentIntent.ID
 	}
 	return ev, nil
 }
@@ -117,5 +159,6 @@ func unsupported(object string) error {
 	}
 	return &payment.Error{Code: payment.EINVALID, Err: errors.New("stripe: webhook body: " + what),
 		Message: "The signature verified, but the body is " + what + ": send this endpoint snapshot events " +
-			"(payment_intent.succeeded, payment_intent.payment_failed) from an endpoint of Stripe's v1 events."}
+			"(payment_intent.succeeded, payment_intent.payment_failed, refund.failed, charge.refund.updated, " +
+			"charge.dispute.created, charge.dispute.closed) from an endpoint of Stripe's v1 events."}
 }

@@ -63,7 +63,10 @@ type Client struct {
 	live bool
 }
 
-var _ payment.Provider = (*Client)(nil)
+var (
+	_ payment.Provider      = (*Client)(nil)
+	_ payment.DisputeLooker = (*Client)(nil)
+)
 
 // KeyMode reports whether key is a test or a live Stripe key, and refuses
 // anything else (a publishable key, a typo).
@@ -324,6 +327,30 @@ func (c *Client) refundResult(r *stripe.Refund, key, chargeID string) (payment.P
 	default: // requires_action, or a status this code does not know
 		return payment.ProviderRefund{}, fmt.Errorf("stripe: refund %s is %s; not final", r.ID, r.Status)
 	}
+}
+
+// LookupDispute retrieves the Dispute id with its PaymentIntent, whose
+// metadata names oncepay's payment. One Stripe does not have is
+// payment.ErrNoDispute.
+func (c *Client) LookupDispute(ctx context.Context, id string) (payment.ProviderDispute, error) {
+	p := &stripe.DisputeRetrieveParams{}
+	p.AddExpand("payment_intent")
+	d, err := c.sc.V1Disputes.Retrieve(ctx, id, p)
+	var se *stripe.Error
+	if errors.As(err, &se) && se.HTTPStatusCode == http.StatusNotFound {
+		return payment.ProviderDispute{}, fmt.Errorf("stripe: dispute %s: %w", id, payment.ErrNoDispute)
+	}
+	if err != nil {
+		return payment.ProviderDispute{}, &redacted{fmt.Errorf("stripe: dispute lookup: %w", err), c.key}
+	}
+	pd := payment.ProviderDispute{
+		Dispute:  payment.Dispute{ID: d.ID, Status: string(d.Status), Reason: string(d.Reason), Amount: d.Amount},
+		Currency: strings.ToUpper(string(d.Currency)),
+	}
+	if pi := d.PaymentIntent; pi != nil {
+		pd.ChargeID, pd.PaymentID = pi.ID, pi.Metadata[MetaPayment]
+	}
+	return pd, nil
 }
 
 func chargeOf(pi *stripe.PaymentIntent, key string) payment.Charge {
