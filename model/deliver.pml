@@ -10,6 +10,11 @@
  * acts on it later. A deliverer may die after any step that writes or
  * sends; a dead deliverer's lease expires once its try has landed or died.
  *
+ * An operator may also send it again from the admin page (MAXREDO times):
+ * RedeliverDelivery starts the delivery over (pending, no tries, a new
+ * fence) unless a deliverer holds a live lease on it, and the operator's
+ * request then claims, sends and finishes it as a deliverer does.
+ *
  * The endpoint accepts a try (2xx; it has the event), refuses it (a 5xx, or
  * a connection dropped before it read it), or takes it and its answer is
  * lost (a hang past the timeout, a connection cut after it processed it).
@@ -29,7 +34,7 @@
  *
  * | step        | Go                                | must contain                                                                                              |
  * |-------------|-----------------------------------|-----------------------------------------------------------------------------------------------------------|
- * | due         | payment.(*Deliverer).RunOnce      | d.Store.DueDeliveries(ctx, d.Now(), d.Limit)                                                              |
+ * | due         | payment.(*Deliverer).batch       | d.Store.DueDeliveries(ctx, d.Now(), d.Limit)                                                              |
  * | due         | sqlitestore.(*DB).DueDeliveries   | WHERE d.state = 'pending' AND d.next_at <= ? AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= ?)  |
  * | due         | pgstore.(*DB).DueDeliveries       | WHERE d.state = 'pending' AND d.next_at <= $1 AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= $1) |
  * | claim       | payment.(*Deliverer).deliver      | d.Store.ClaimDelivery(ctx, dd.EventID, dd.EndpointID, dd.Fence, now, leaseUntil)                          |
@@ -53,6 +58,11 @@
  * | finish      | pgstore.(*DB).FinishDelivery      | WHERE event_id = $6 AND endpoint_id = $7 AND state = 'pending' AND fence = $8                             |
  * | crash       | payment.(*Deliverer).deliver      | crashpoint.Hit("after-delivery-claim")                                                                    |
  * | crash       | payment.(*Deliverer).deliver      | crashpoint.Hit("after-delivery-send")                                                                     |
+ * | redeliver   | payment.(*Deliverer).Redeliver    | dd, err := d.Store.RedeliverDelivery(ctx, eventID, endpointID, d.Now())                                   |
+ * | redeliver   | payment.(*Deliverer).Redeliver    | res, err = d.deliver(ctx, dd)                                                                             |
+ * | redeliver   | sqlitestore.(*DB).RedeliverDelivery | SET state = 'pending', fence = fence + 1, lease_expires_at = NULL, tries = 0, next_at = ?, updated_at = ? |
+ * | redeliver   | sqlitestore.(*DB).RedeliverDelivery | WHERE event_id = ? AND endpoint_id = ? AND (lease_expires_at IS NULL OR lease_expires_at <= ?)          |
+ * | redeliver   | pgstore.(*DB).RedeliverDelivery   | WHERE event_id = $2 AND endpoint_id = $3 AND (lease_expires_at IS NULL OR lease_expires_at <= $1)         |
  *
  * Properties (the ltl blocks at the end; -N picks one; safe is the first
  * four at once):
@@ -72,8 +82,8 @@
  *   reach_*           witnesses that must fail: the model does deliver,
  *                     deliver after a refused try, deliver a second time
  *                     after a lost answer (the merchant's dedupe is
- *                     needed), and give up, so the properties are not
- *                     vacuous.
+ *                     needed), give up, and deliver by the operator's Send
+ *                     again, so the properties are not vacuous.
  *
  * Known-bad variants, one -D flag each; model_test.go checks spin refutes
  * each of them with a trail:
@@ -98,7 +108,7 @@
  * dead one's once its try has landed or died. The schedule's waits are
  * not modelled: a pending delivery with no live lease is due.
  *
- * Bounds: NDLV deliverers; MAXCRASH deaths; MAXFAULTS tries refused or
+ * Bounds: NDLV deliverers and one operator; MAXREDO redeliveries; MAXCRASH deaths; MAXFAULTS tries refused or
  * with their answer lost; MAXSTALL leases running out under a live
  * deliverer; MAXTRIES tries in the schedule. The defaults are the
  * two-deliverers scope, where model_test.go checks the safety and the
@@ -126,7 +136,11 @@
 #ifndef MAXTRIES
 #define MAXTRIES 2
 #endif
-#define MAXD 3 /* array size: NDLV is at most 3 */
+#ifndef MAXREDO
+#define MAXREDO 1
+#endif
+#define MAXD 4 /* array size: NDLV is at most 3, and the operator */
+#define OPERATOR NDLV
 
 /* the delivery's state */
 #define PENDING 1
@@ -168,9 +182,11 @@ bool accepted_ever = false;
 byte crashes = 0;
 byte faults = 0;
 byte stalls = 0;
+byte redos = 0;
+bool sent_again = false; /* the operator's try delivered it */
 bool refused_once = false; /* a try was refused before the delivery */
 
-#define NFLY ((fly[0] != 0) + (fly[1] != 0) + (fly[2] != 0))
+#define NFLY ((fly[0] != 0) + (fly[1] != 0) + (fly[2] != 0) + (fly[3] != 0))
 
 #ifdef CLAIM_NO_FENCE
 #define FENCE_OK(f) true
@@ -228,7 +244,8 @@ inline die(me) {
 	fi
 
 /* One deliverer: Deliverer.RunOnce and deliver, run again and again (on
- * its schedule, and from the command line). */
+ * its schedule, and from the command line); or the operator's Send again,
+ * Deliverer.Redeliver, whose first step starts the delivery over. */
 proctype Deliverer(byte me) {
 	byte f; /* the fence read, then the fence owned */
 	byte t; /* tries, as read before the claim */
@@ -236,13 +253,25 @@ proctype Deliverer(byte me) {
 	byte o; /* the state to store */
 
 loop:
-	atomic { /* [due]: the delivery, if pending and no deliverer holds a live lease */
-		f = 0; t = 0; a = 0; o = 0;
-		if
-		:: st != PENDING -> goto done
-		:: st == PENDING && lease != LIVE -> f = fence; t = tries
-		fi
-	}
+	if
+	:: me == OPERATOR ->
+		atomic { /* [redeliver]: pending, no tries, a new fence, unless a deliverer holds a live lease */
+			f = 0; t = 0; a = 0; o = 0;
+			if
+			:: redos < MAXREDO && lease != LIVE ->
+				redos++; st = PENDING; fence++; tries = 0; lease = NOLEASE; orphan = false; f = fence
+			:: else -> goto done /* refused, or the operator is done */
+			fi
+		}
+	:: else ->
+		atomic { /* [due]: the delivery, if pending and no deliverer holds a live lease */
+			f = 0; t = 0; a = 0; o = 0;
+			if
+			:: st != PENDING -> goto done
+			:: st == PENDING && lease != LIVE -> f = fence; t = tries
+			fi
+		}
+	fi;
 	atomic { /* [claim]: fence + 1, a lease, tries + 1, if the fence read still holds and no lease is live */
 		if
 		:: st == PENDING && FENCE_OK(f) && LEASE_GONE ->
@@ -276,7 +305,8 @@ loop:
 			:: o == PENDING -> refused_once = true
 			:: else
 			fi;
-			st = o; lease = NOLEASE; orphan = false
+			st = o; lease = NOLEASE; orphan = false;
+			sent_again = sent_again || (me == OPERATOR && o == DELIVERED)
 		:: else /* fenced out: another deliverer has it, or finished it */
 		fi
 	}
@@ -289,7 +319,7 @@ done:
  * is still alive: it accepts it, refuses it, or takes it and the answer is
  * lost (a hang past the timeout). */
 #define LAND(i) \
-	:: atomic { NDLV > (i) && fly[i] != 0 -> \
+	:: atomic { NDLV >= (i) && fly[i] != 0 -> \
 		if \
 		:: got++; accepted_ever = true; a = ACCEPTED \
 		:: faults < MAXFAULTS -> faults++; a = REFUSED \
@@ -308,6 +338,7 @@ end:
 	LAND(0)
 	LAND(1)
 	LAND(2)
+	LAND(3)
 	od
 }
 
@@ -326,13 +357,14 @@ end:
 	STALL(0)
 	STALL(1)
 	STALL(2)
+	STALL(3)
 	od
 }
 
 init {
 	byte i;
 	atomic {
-		for (i : 0 .. NDLV - 1) {
+		for (i : 0 .. NDLV) { /* NDLV deliverers, then the operator */
 			run Deliverer(i)
 		}
 		i = 0
@@ -360,3 +392,4 @@ ltl reach_delivered { [] !(st == DELIVERED) }
 ltl reach_delivered_after_refusal { [] !(st == DELIVERED && refused_once) }
 ltl reach_delivered_twice { [] !(st == DELIVERED && got >= 2) }
 ltl reach_failed { [] !(st == FAILED) }
+ltl reach_sent_again { [] !sent_again }

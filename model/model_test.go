@@ -130,15 +130,18 @@ var (
 
 // deliver.pml: its scopes, properties, witnesses and known-bad variants.
 var (
-	// twoDeliverers is its defaults: two deliverers, two crashes, two
-	// refused or lost tries, one stall. The liveness search is checked in
-	// it too.
-	twoDeliverers = scope{"two-deliverers", nil}
+	// twoDeliverers is its defaults without the operator: two deliverers,
+	// two crashes, two refused or lost tries, one stall. The liveness
+	// search is checked in it too.
+	twoDeliverers = scope{"two-deliverers", []string{"-DMAXREDO=0"}}
+	// withOperator adds the operator's Send again to two deliverers, with
+	// one of each fault.
+	withOperator = scope{"two-deliverers-and-an-operator", small.defines}
 	// threeDeliverers races a third deliverer, with one of each fault.
-	threeDeliverers = scope{"three-deliverers", []string{"-DNDLV=3", "-DMAXCRASH=1", "-DMAXFAULTS=1", "-DMAXSTALL=1"}}
+	threeDeliverers = scope{"three-deliverers", []string{"-DNDLV=3", "-DMAXCRASH=1", "-DMAXFAULTS=1", "-DMAXSTALL=1", "-DMAXREDO=0"}}
 
 	deliverSafety      = []string{"one_try_at_once", "delivered_true", "tries_honest", "no_stale_write"}
-	deliverWitnesses   = []string{"reach_delivered", "reach_delivered_after_refusal", "reach_delivered_twice", "reach_failed"}
+	deliverWitnesses   = []string{"reach_delivered", "reach_delivered_after_refusal", "reach_delivered_twice", "reach_failed", "reach_sent_again"}
 	deliverBadVariants = []variant{
 		{"CLAIM_NO_FENCE", []string{"tries_honest"}},
 		{"FINISH_NO_FENCE", []string{"no_stale_write"}},
@@ -175,6 +178,8 @@ func TestModelHolds(t *testing.T) {
 		{deliverFile, twoDeliverers, "safe", strings.Join(deliverSafety, ", ")},
 		{deliverFile, threeDeliverers, "safe", strings.Join(deliverSafety, ", ")},
 		{deliverFile, twoDeliverers, "delivery_ends", "delivery_ends"},
+		{deliverFile, withOperator, "safe", strings.Join(deliverSafety, ", ")},
+		{deliverFile, withOperator, "delivery_ends", "delivery_ends"},
 	}
 	for _, r := range runs {
 		t.Run(r.scope.name+"/"+r.prop, func(t *testing.T) {
@@ -227,7 +232,8 @@ func TestBadVariantsRefuted(t *testing.T) {
 // queued payment succeeded by a forwarder's charge, by the lookup after a
 // lost answer and by the lookup past its max age, declined, and expired;
 // an event delivered, delivered after a refused try, delivered a second
-// time after a lost answer, and given up.
+// time after a lost answer, given up, and delivered by an operator's Send
+// again.
 func TestModelReaches(t *testing.T) {
 	t.Parallel()
 	tools := needTools(t)
