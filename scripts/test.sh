@@ -60,4 +60,6 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 CGO_ENABLED=0 go build -o /dev/null .
-go test -race -count=1 -timeout 20m ./... "$@"
+# 30m, not 20m: on a cold build cache crashtest.TestEdgeBuilds compiles
+# everything twice more (arm64, arm/v7), 12 minutes on a busy 2-core machine.
+go test -race -count=1 -timeout 30m ./... "$@"
