@@ -78,7 +78,15 @@ type child struct {
 // listens, and kills it when the test ends.
 func start(t *testing.T, env []string, args ...string) *child {
 	t.Helper()
-	c := &child{cmd: exec.Command(oncepay, args...), logs: newLogBuffer(), done: make(chan struct{})}
+	return startProgram(t, []string{oncepay}, 15*time.Second, env, args...)
+}
+
+// startProgram is start with another oncepay binary, given within to
+// listen: prog is its path, or an emulator and its path (the edge builds
+// under qemu).
+func startProgram(t *testing.T, prog []string, within time.Duration, env []string, args ...string) *child {
+	t.Helper()
+	c := &child{cmd: exec.Command(prog[0], append(prog[1:], args...)...), logs: newLogBuffer(), done: make(chan struct{})}
 	c.cmd.Env = append(cleanEnv(), env...)
 	c.cmd.Stderr = c.logs
 	if err := c.cmd.Start(); err != nil {
@@ -97,8 +105,8 @@ func start(t *testing.T, env []string, args ...string) *child {
 		return c
 	case <-c.done:
 		t.Fatalf("oncepay %s exited before listening: %v\n%s", args[0], c.err, c.logs)
-	case <-time.After(15 * time.Second):
-		t.Fatalf("oncepay %s did not listen within 15s:\n%s", args[0], c.logs)
+	case <-time.After(within):
+		t.Fatalf("oncepay %s did not listen within %v:\n%s", args[0], within, c.logs)
 	}
 	return nil
 }

@@ -8,10 +8,15 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
 # The browser tests drive Debian's Chromium and the model check runs spin;
-# install whichever is missing, with one apt-get update.
+# the edge builds' test (crashtest.TestEdgeBuilds) runs the arm64 and arm/v7
+# binaries under qemu-user, and scripts/release.sh, which makes them, checks
+# each with readelf (binutils). Install whichever is missing, with one
+# apt-get update.
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v spin >/dev/null 2>&1 || missing+=(spin)
+{ command -v qemu-aarch64-static && command -v qemu-arm-static; } >/dev/null 2>&1 || missing+=(qemu-user-static)
+command -v readelf >/dev/null 2>&1 || missing+=(binutils)
 if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -55,4 +60,6 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 CGO_ENABLED=0 go build -o /dev/null .
-go test -race -count=1 -timeout 20m ./... "$@"
+# 30m, not 20m: on a cold build cache crashtest.TestEdgeBuilds compiles
+# everything twice more (arm64, arm/v7), 12 minutes on a busy 2-core machine.
+go test -race -count=1 -timeout 30m ./... "$@"
