@@ -62,7 +62,12 @@ type OutboxEvent struct {
 // payment's view has no refunds: a payment is refunded only once it
 // succeeded, and then no longer changes state.
 func ChangeEvent(a Attempt, o Outcome, now time.Time) *OutboxEvent {
-	e := &OutboxEvent{ID: NewEventID(), Scope: a.Scope, ObjectID: a.ID, CreatedAt: now.UTC().Truncate(time.Millisecond)}
+	return changeEvent(a, o, now, NewEventID())
+}
+
+// changeEvent is ChangeEvent under the event id id.
+func changeEvent(a Attempt, o Outcome, now time.Time, id string) *OutboxEvent {
+	e := &OutboxEvent{ID: id, Scope: a.Scope, ObjectID: a.ID, CreatedAt: now.UTC().Truncate(time.Millisecond)}
 	if a.Kind == KindRefund {
 		e.Type = EventRefundFailed
 		if o.Status == Succeeded {
@@ -110,8 +115,10 @@ func (s *Service) withEvent(a Attempt, o Outcome) Outcome {
 
 // NewEventID returns a fresh event id, time-ordered like a payment's: the
 // time in microseconds, then 80 random bits.
-func NewEventID() string {
-	return "evt_" + strings.ToUpper(strconv.FormatInt(time.Now().UnixMicro(), 36)) + rand.Text()[:16]
+func NewEventID() string { return eventIDAt(time.Now()) }
+
+func eventIDAt(t time.Time) string {
+	return "evt_" + strings.ToUpper(strconv.FormatInt(t.UnixMicro(), 36)) + rand.Text()[:16]
 }
 
 // OutboxFilter selects a merchant's events, a page at a time by id, never
