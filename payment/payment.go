@@ -6,6 +6,8 @@ package payment
 import (
 	"context"
 	"crypto/sha256"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -289,12 +291,42 @@ type APIKey struct {
 	RevokedAt  time.Time // zero while live
 }
 
-// AttemptFilter selects attempts for the admin page.
+// AttemptFilter selects attempts for the admin page, a page at a time by
+// key (the time and id of the row at the page's edge), never by offset.
 type AttemptFilter struct {
 	Status Status // "" for all
-	Search string // an idempotency key prefix, a payment id or a charge id
+	// Search is an Idempotency-Key (whole, of any merchant) or a payment
+	// or refund id: each found through an index, however many attempts.
+	Search string
 	Limit  int
-	Offset int
+	// Before, if set, asks for the page older than this row; After, the
+	// page newer than it (still listed newest first).
+	Before, After *AttemptCursor
+}
+
+// AttemptCursor is where a page of attempts ends: the list's order is by
+// creation time, then id.
+type AttemptCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// CursorOf is the cursor of a listed attempt.
+func CursorOf(a Attempt) AttemptCursor { return AttemptCursor{CreatedAt: a.CreatedAt, ID: a.ID} }
+
+// String is the cursor as a URL carries it: Unix milliseconds, ".", the id.
+func (c AttemptCursor) String() string {
+	return strconv.FormatInt(c.CreatedAt.UnixMilli(), 10) + "." + c.ID
+}
+
+// ParseAttemptCursor reads a cursor String wrote.
+func ParseAttemptCursor(s string) (*AttemptCursor, error) {
+	t, id, ok := strings.Cut(s, ".")
+	n, err := strconv.ParseInt(t, 10, 64)
+	if !ok || err != nil || n < 0 || id == "" || !visibleASCII(id) || len(id) > 64 {
+		return nil, Invalidf("cursor", "A page cursor is the milliseconds and the id of an attempt, as the page's links give it.")
+	}
+	return &AttemptCursor{CreatedAt: time.UnixMilli(n).UTC(), ID: id}, nil
 }
 
 // ListedAttempt is an attempt with the name of the merchant it belongs to.
@@ -307,6 +339,9 @@ type ListedAttempt struct {
 type AdminStore interface {
 	ListAttempts(ctx context.Context, f AttemptFilter) ([]ListedAttempt, error)
 	Counts(ctx context.Context) (map[Status]int, error)
+	// CountsUpTo counts the attempts in each status, each up to most: the
+	// admin page's figures, which read at most that many index entries.
+	CountsUpTo(ctx context.Context, most int) (map[Status]int, error)
 	// CountStale counts the attempts Store.Stale would return, unlimited.
 	CountStale(ctx context.Context, updatedBefore, now time.Time) (int, error)
 	// AttemptByPaymentID finds an attempt by payment id in any scope.

@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/metrics"
 	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/pgstore"
 	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/provider/stripe"
 	"github.com/oncepay/oncepay/server"
@@ -28,6 +29,7 @@ import (
 type env struct {
 	*oncepaytest.Env
 	t       testing.TB
+	pg      string // the PostgreSQL database's URL, with postgres
 	Metrics *metrics.Metrics
 	Inbox   *payment.Inbox
 	Server  *httptest.Server
@@ -41,6 +43,7 @@ type envOptions struct {
 	now     func() time.Time
 	lease   time.Duration
 	storeOp sqlitestore.Options
+	pgOp    pgstore.Options // with postgres
 	// adminToken opens the admin surface in serve mode (auth); demo mode
 	// leaves it open.
 	adminToken string
@@ -67,7 +70,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.postgres {
 		pg = pgtest.URL(t)
 	}
-	oe := oncepaytest.Open(t, oncepaytest.Options{Dir: o.dir, Faults: o.faults, Now: o.now, Lease: o.lease, Store: o.storeOp, Log: o.log, Postgres: pg})
+	oe := oncepaytest.Open(t, oncepaytest.Options{Dir: o.dir, Faults: o.faults, Now: o.now, Lease: o.lease, Store: o.storeOp, PGStore: o.pgOp, Log: o.log, Postgres: pg})
 	m := metrics.New(oe.DB.InProgress, oe.Service.Now)
 	m.Store(oe.DB)
 	oe.Service.ObserveProviderCall = m.ProviderCall
@@ -96,7 +99,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.workshop {
 		cfg.Workshop = workshop.New(oe.Service, oe.Reconciler, oe.Sim, server.DemoScope)
 	}
-	e := &env{Env: oe, t: t, Metrics: m, Inbox: inbox, Server: httptest.NewServer(server.New(cfg)),
+	e := &env{Env: oe, t: t, pg: pg, Metrics: m, Inbox: inbox, Server: httptest.NewServer(server.New(cfg)),
 		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}, Timeout: 30 * time.Second}}
 	t.Cleanup(e.Close)
 	return e

@@ -44,6 +44,10 @@ type Options struct {
 	// before it reaches the database file (package replica) checkpoints
 	// instead, after it has copied them.
 	NoCheckpoint bool
+	// Driver is the database/sql driver name the store opens the file with.
+	// Default "sqlite" (modernc.org/sqlite); a test wraps it to see every
+	// statement the store runs.
+	Driver string
 }
 
 // DB is oncepay's SQLite database: one writer connection fed by a group
@@ -70,6 +74,9 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Driver == "" {
+		opts.Driver = "sqlite"
+	}
 	// The file holds payments and API key hashes: readable by its owner only.
 	if err := private.SQLite(path); err != nil {
 		return nil, err
@@ -86,7 +93,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		// The writer's alone: the readers never commit, so never checkpoint.
 		wq += "&_pragma=wal_autocheckpoint%280%29"
 	}
-	w, err := sql.Open("sqlite", path+"?"+wq)
+	w, err := sql.Open(opts.Driver, path+"?"+wq)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +110,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	}
 
 	q.Add("_pragma", "query_only(1)")
-	r, err := sql.Open("sqlite", path+"?"+q.Encode())
+	r, err := sql.Open(opts.Driver, path+"?"+q.Encode())
 	if err != nil {
 		w.Close()
 		return nil, err

@@ -175,17 +175,17 @@ func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (i
 	var n int64
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		const victims = `SELECT p.id FROM payments p
-			WHERE p.status IN ('succeeded', 'failed', 'expired') AND p.updated_at < ? AND p.amount_reserved = 0
+			WHERE p.id < ? AND p.status IN ('succeeded', 'failed', 'expired') AND p.updated_at < ? AND p.amount_reserved = 0
 			  AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = p.id)
 			  AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id AND r.status = 'in_progress')
-			LIMIT ?`
+			ORDER BY p.id LIMIT ?`
 		if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS purged_payments (id TEXT PRIMARY KEY)`); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM purged_payments`); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_payments `+victims, ms(before), limit); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_payments `+victims, payment.PaymentIDBefore(before), ms(before), limit); err != nil {
 			return err
 		}
 		// Their keys are forgotten with them: a retry of one is a new payment.
