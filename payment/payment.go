@@ -300,24 +300,30 @@ type AttemptFilter struct {
 	Search string
 	Limit  int
 	// Before, if set, asks for the page older than this row; After, the
-	// page newer than it (still listed newest first).
+	// page newer than it (still listed newest first). Filtered by status,
+	// the list is by the last change (updated_at), newest first.
 	Before, After *AttemptCursor
 }
 
 // AttemptCursor is where a page of attempts ends: the list's order is by
-// creation time, then id.
+// creation time, then id; filtered by status, by the last change's time
+// (an index of the status and creation time costs every new payment too
+// much, BENCHMARKS.md), then id.
 type AttemptCursor struct {
-	CreatedAt time.Time
-	ID        string
+	At time.Time
+	ID string
 }
 
-// CursorOf is the cursor of a listed attempt.
-func CursorOf(a Attempt) AttemptCursor { return AttemptCursor{CreatedAt: a.CreatedAt, ID: a.ID} }
+// CursorOf is the cursor of attempt a listed under f.
+func CursorOf(a Attempt, f AttemptFilter) AttemptCursor {
+	if f.Status != "" {
+		return AttemptCursor{At: a.UpdatedAt, ID: a.ID}
+	}
+	return AttemptCursor{At: a.CreatedAt, ID: a.ID}
+}
 
 // String is the cursor as a URL carries it: Unix milliseconds, ".", the id.
-func (c AttemptCursor) String() string {
-	return strconv.FormatInt(c.CreatedAt.UnixMilli(), 10) + "." + c.ID
-}
+func (c AttemptCursor) String() string { return strconv.FormatInt(c.At.UnixMilli(), 10) + "." + c.ID }
 
 // ParseAttemptCursor reads a cursor String wrote.
 func ParseAttemptCursor(s string) (*AttemptCursor, error) {
@@ -326,7 +332,7 @@ func ParseAttemptCursor(s string) (*AttemptCursor, error) {
 	if !ok || err != nil || n < 0 || id == "" || !visibleASCII(id) || len(id) > 64 {
 		return nil, Invalidf("cursor", "A page cursor is the milliseconds and the id of an attempt, as the page's links give it.")
 	}
-	return &AttemptCursor{CreatedAt: time.UnixMilli(n).UTC(), ID: id}, nil
+	return &AttemptCursor{At: time.UnixMilli(n).UTC(), ID: id}, nil
 }
 
 // ListedAttempt is an attempt with the name of the merchant it belongs to.

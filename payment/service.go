@@ -145,10 +145,3 @@ func NewPaymentID() string { return paymentIDAt(time.Now()) }
 func paymentIDAt(t time.Time) string {
 	return "pay_" + strings.ToUpper(strconv.FormatInt(t.UnixMicro(), 36)) + rand.Text()[:16]
 }
-
-// PaymentIDBefore is below the id of every payment made at or after t (ids
-// lead with their time), and above every id made before it: a purge walks
-// the ids up to it rather than every payment.
-func PaymentIDBefore(t time.Time) string {
-	return "pay_" + strings.ToUpper(strconv.FormatInt(t.UnixMicro(), 36))
-}

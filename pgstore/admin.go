@@ -19,10 +19,10 @@ const listedColumns = `a.scope, a.idempotency_key, a.id, a.request_hash, a.reque
 // ListAttempts returns attempts of every merchant, newest first: by
 // created_at, then id, a total order, so equal times never shuffle between
 // reads. Not by id alone: every refund's re_ id sorts above every pay_ id.
-// A page starts from its cursor along payment_attempts_created (or, with
-// a status, payment_attempts_status_created), so a deep page reads no
-// more than the first; a search reads the id's index and the key's in
-// each merchant's part of the primary key.
+// With a status, newest change first instead (updated_at, then id), along
+// payment_attempts_status_updated. A page starts from its cursor, so a
+// deep page reads no more than the first; a search reads the id's index
+// and the key's in each merchant's part of the primary key.
 func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]payment.ListedAttempt, error) {
 	var (
 		where []string
@@ -41,13 +41,17 @@ func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]paym
 		s := arg(f.Search)
 		where = append(where, `(a.id = `+s+` OR a.idempotency_key = `+s+` AND a.scope IN (SELECT id FROM merchants UNION ALL SELECT 'demo'))`)
 	}
-	order := ` ORDER BY a.created_at DESC, a.id DESC`
+	at := "a.created_at"
+	if f.Status != "" {
+		at = "a.updated_at"
+	}
+	order := ` ORDER BY ` + at + ` DESC, a.id DESC`
 	switch {
 	case f.Before != nil:
-		where = append(where, `(a.created_at, a.id) < (`+arg(ms(f.Before.CreatedAt))+`, `+arg(f.Before.ID)+`)`)
+		where = append(where, `(`+at+`, a.id) < (`+arg(ms(f.Before.At))+`, `+arg(f.Before.ID)+`)`)
 	case f.After != nil:
-		where = append(where, `(a.created_at, a.id) > (`+arg(ms(f.After.CreatedAt))+`, `+arg(f.After.ID)+`)`)
-		order = ` ORDER BY a.created_at, a.id`
+		where = append(where, `(`+at+`, a.id) > (`+arg(ms(f.After.At))+`, `+arg(f.After.ID)+`)`)
+		order = ` ORDER BY ` + at + `, a.id`
 	}
 	query := `SELECT ` + listedColumns + ` FROM payment_attempts a LEFT JOIN merchants m ON m.id = a.scope`
 	if len(where) > 0 {

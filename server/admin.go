@@ -291,7 +291,7 @@ func (s *server) handleAdminList(w http.ResponseWriter, r *http.Request) {
 		p.Attempts = append(p.Attempts, s.row(a, now))
 	}
 	if len(list) > 0 {
-		first, last := payment.CursorOf(list[0].Attempt).String(), payment.CursorOf(list[len(list)-1].Attempt).String()
+		first, last := payment.CursorOf(list[0].Attempt, f).String(), payment.CursorOf(list[len(list)-1].Attempt, f).String()
 		if f.Before != nil || f.After != nil && more {
 			p.NewerURL = listURL(p.Status, p.Search, "", first)
 		}
@@ -479,9 +479,9 @@ func (s *server) handleListAttempts(w http.ResponseWriter, r *http.Request) {
 	}{Data: []attemptJSON{}, HasMore: more}
 	if more && len(list) > 0 {
 		if f.After != nil {
-			out.Next = payment.CursorOf(list[0].Attempt).String()
+			out.Next = payment.CursorOf(list[0].Attempt, f).String()
 		} else {
-			out.Next = payment.CursorOf(list[len(list)-1].Attempt).String()
+			out.Next = payment.CursorOf(list[len(list)-1].Attempt, f).String()
 		}
 	}
 	for _, a := range list {

@@ -55,7 +55,9 @@ type Options struct {
 type DB struct {
 	w, r   *sql.DB
 	writer *groupcommit.Writer // the only writer on w
-	dsn    string              // the writer's, for Backup
+	dsn    string              // the writer's, for Backup and Vacuum
+	path   string              // the file
+	driver string              // Options.Driver
 	stmt   statements
 	keys   *keyView // the live API keys, so a request reads no table to authenticate
 	// answers are the final answers replays were given, so a replay reads
@@ -100,6 +102,10 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
+	if err := incrementalOnNew(ctx, w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("auto_vacuum of %s: %w", path, err)
+	}
 	if err := migrate(ctx, w, schema); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("migrate %s: %w", path, err)
@@ -125,7 +131,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		r.Close()
 		return nil, err
 	}
-	db := &DB{w: w, r: r, dsn: path + "?" + wq, stmt: stmt, keys: &keyView{now: opts.Now},
+	db := &DB{w: w, r: r, dsn: path + "?" + wq, path: path, driver: opts.Driver, stmt: stmt, keys: &keyView{now: opts.Now},
 		writer: groupcommit.New(w, groupcommit.Options{MaxBatch: opts.MaxBatch, MaxWait: opts.MaxWait})}
 	if opts.ReplayCacheBytes == 0 {
 		opts.ReplayCacheBytes = replaycache.DefaultBytes
@@ -209,7 +215,7 @@ func (db *DB) Backup(ctx context.Context, path string) error {
 		return err
 	}
 	f.Close()
-	c, err := sql.Open("sqlite", db.dsn)
+	c, err := sql.Open(db.driver, db.dsn)
 	if err != nil {
 		return err
 	}

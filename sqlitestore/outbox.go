@@ -108,7 +108,10 @@ func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int
 		if err == nil {
 			n, err = res.RowsAffected()
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return freePages(ctx, tx)
 	})
 	return int(n), err
 }
@@ -119,11 +122,18 @@ func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int
 // oldest row on until the first young one, which, with nothing left to
 // purge, is the whole table.
 func outboxEdge(ctx context.Context, tx *sql.Tx, before int64) (int64, error) {
+	return timeEdge(ctx, tx, "events", before)
+}
+
+// timeEdge is the rowid below which every row of table (whose rows are
+// appended in the order of their created_at) was made before before, found
+// by bisecting the rowids: a lookup each.
+func timeEdge(ctx context.Context, tx *sql.Tx, table string, before int64) (int64, error) {
 	var lo, hi sql.NullInt64
-	if err := tx.QueryRowContext(ctx, `SELECT min(rowid) FROM events`).Scan(&lo); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT min(rowid) FROM `+table).Scan(&lo); err != nil {
 		return 0, err
 	}
-	if err := tx.QueryRowContext(ctx, `SELECT max(rowid) FROM events`).Scan(&hi); err != nil || !hi.Valid {
+	if err := tx.QueryRowContext(ctx, `SELECT max(rowid) FROM `+table).Scan(&hi); err != nil || !hi.Valid {
 		return 0, err
 	}
 	// Every row below l is old; no row at or above h is.
@@ -131,7 +141,7 @@ func outboxEdge(ctx context.Context, tx *sql.Tx, before int64) (int64, error) {
 	for l < h {
 		m := l + (h-l)/2
 		var rid, created int64
-		if err := tx.QueryRowContext(ctx, `SELECT rowid, created_at FROM events WHERE rowid >= ? ORDER BY rowid LIMIT 1`, m).Scan(&rid, &created); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT rowid, created_at FROM `+table+` WHERE rowid >= ? ORDER BY rowid LIMIT 1`, m).Scan(&rid, &created); err != nil {
 			return 0, err
 		}
 		if created < before {

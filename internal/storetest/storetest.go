@@ -536,9 +536,9 @@ func testAdmin(t *testing.T, h Harness) {
 		{payment.AttemptFilter{Search: "order-4", Status: payment.InProgress}, "pay_3/Shop"},
 		{payment.AttemptFilter{Search: "order-2", Status: payment.InProgress}, ""},
 		{payment.AttemptFilter{Search: "ORDER-1"}, ""},
-		{payment.AttemptFilter{Limit: 2, Before: &payment.AttemptCursor{CreatedAt: t0.Add(3 * time.Second), ID: "pay_3"}}, "pay_2/Shop pay_1/Shop"},
-		{payment.AttemptFilter{Limit: 2, After: &payment.AttemptCursor{CreatedAt: t0, ID: "pay_0"}}, "pay_1/Shop pay_9/s"},
-		{payment.AttemptFilter{Status: payment.InProgress, Before: &payment.AttemptCursor{CreatedAt: t0.Add(3 * time.Second), ID: "pay_3"}}, "pay_2/Shop pay_9/s pay_0/Shop"},
+		{payment.AttemptFilter{Limit: 2, Before: &payment.AttemptCursor{At: t0.Add(3 * time.Second), ID: "pay_3"}}, "pay_2/Shop pay_1/Shop"},
+		{payment.AttemptFilter{Limit: 2, After: &payment.AttemptCursor{At: t0, ID: "pay_0"}}, "pay_1/Shop pay_9/s"},
+		{payment.AttemptFilter{Status: payment.InProgress, Before: &payment.AttemptCursor{At: t0.Add(3 * time.Second), ID: "pay_3"}}, "pay_2/Shop pay_9/s pay_0/Shop"},
 	} {
 		if got := list(tt.f); got != tt.want {
 			t.Errorf("ListAttempts(%+v) = %q, want %q", tt.f, got, tt.want)
@@ -611,7 +611,7 @@ func testAdminNewestFirst(t *testing.T, h Harness) {
 		for _, l := range got {
 			paged = append(paged, l.ID)
 		}
-		c := payment.CursorOf(got[len(got)-1].Attempt)
+		c := payment.CursorOf(got[len(got)-1].Attempt, f)
 		f.Before = &c
 	}
 	if !slices.Equal(paged, want) {
@@ -621,7 +621,7 @@ func testAdminNewestFirst(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for f := (payment.AttemptFilter{Limit: 2, After: &payment.AttemptCursor{CreatedAt: oldest.CreatedAt, ID: oldest.ID}}); ; {
+	for f := (payment.AttemptFilter{Limit: 2, After: &payment.AttemptCursor{At: oldest.CreatedAt, ID: oldest.ID}}); ; {
 		got, err := db.ListAttempts(ctx, f)
 		if err != nil {
 			t.Fatal(err)
@@ -632,7 +632,7 @@ func testAdminNewestFirst(t *testing.T, h Harness) {
 		for i := range got { // each page newest first, the pages newest last
 			back = append(back, got[len(got)-1-i].ID)
 		}
-		c := payment.CursorOf(got[0].Attempt)
+		c := payment.CursorOf(got[0].Attempt, f)
 		f.After = &c
 	}
 	slices.Reverse(back)
