@@ -381,6 +381,7 @@ func (c *config) open(ctx context.Context, log *slog.Logger) (*app, error) {
 		return nil, err
 	}
 	a := &app{db: db}
+	warnNotIncremental(ctx, db, c.dbName(), log.Warn)
 	if err := db.BindProvider(ctx, c.providerID()); err != nil {
 		a.Close()
 		return nil, err

@@ -213,6 +213,10 @@ type PurgeResult struct {
 	OutboxDeleted   int       // events told to merchants, past the payment retention
 	EventsDeleted   int       // final provider events past the event retention
 	Before          time.Time // attempts final before this were deleted
+	// LongestBatch is the longest one batch took (held the writer, on
+	// SQLite), and Batches how many ran.
+	LongestBatch time.Duration
+	Batches      int
 }
 
 func (r PurgeResult) String() string {
@@ -227,6 +231,9 @@ func (r PurgeResult) String() string {
 		s += fmt.Sprintf(", and %d payments past the payment retention", r.PaymentsDeleted)
 	case r.OutboxDeleted > 0:
 		s += fmt.Sprintf(", and %d merchant events past the payment retention", r.OutboxDeleted)
+	}
+	if r.Batches > 1 {
+		s += fmt.Sprintf(" (%d batches, the longest %s)", r.Batches, r.LongestBatch.Round(time.Millisecond/10))
 	}
 	return s
 }
@@ -251,22 +258,22 @@ func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 	if p.EventRetention < 0 {
 		return res, fmt.Errorf("purge: the event retention (%s) is negative", p.EventRetention)
 	}
-	n, err := p.batches(ctx, p.Store.Purge, res.Before)
+	n, err := p.batches(ctx, &res, p.Store.Purge, res.Before)
 	res.Deleted = n
 	if err != nil {
 		return res, err
 	}
 	eventRetention := cmp.Or(p.EventRetention, DefaultEventRetention) // built by hand: never zero
-	n, err = p.batches(ctx, p.Store.PurgeEvents, p.Now().Add(-eventRetention))
+	n, err = p.batches(ctx, &res, p.Store.PurgeEvents, p.Now().Add(-eventRetention))
 	res.EventsDeleted = n
 	if err != nil || p.PaymentRetention <= 0 {
 		return res, err
 	}
-	res.PaymentsDeleted, err = p.batches(ctx, p.Store.PurgePayments, p.Now().Add(-p.PaymentRetention))
+	res.PaymentsDeleted, err = p.batches(ctx, &res, p.Store.PurgePayments, p.Now().Add(-p.PaymentRetention))
 	if err != nil {
 		return res, err
 	}
-	res.OutboxDeleted, err = p.batches(ctx, p.Store.PurgeOutbox, p.Now().Add(-p.PaymentRetention))
+	res.OutboxDeleted, err = p.batches(ctx, &res, p.Store.PurgeOutbox, p.Now().Add(-p.PaymentRetention))
 	return res, err
 }
 
@@ -274,13 +281,15 @@ func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 // JobCleaner), so no transaction holds the writer for long: each batch
 // at most BatchSize rows, and its size halved after one that held the
 // writer past BatchTime (a large file, a slow disk, a busy machine).
-func (p *Purger) batches(ctx context.Context, purge func(context.Context, time.Time, int) (int, error), before time.Time) (int, error) {
+func (p *Purger) batches(ctx context.Context, res *PurgeResult, purge func(context.Context, time.Time, int) (int, error), before time.Time) (int, error) {
 	total, size := 0, p.BatchSize
 	for {
 		start := time.Now()
 		n, err := purge(ctx, before, size)
 		took := time.Since(start)
 		total += n
+		res.Batches++
+		res.LongestBatch = max(res.LongestBatch, took)
 		if err != nil || n < size {
 			return total, err
 		}

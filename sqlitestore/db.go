@@ -87,6 +87,9 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	// synchronous=FULL: a claim or a record, once answered, survives power loss.
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	// auto_vacuum before WAL: a new file can take it only until then (on
+	// an older one it waits for a VACUUM: sqlitestore/vacuum.go).
+	q.Add("_pragma", "auto_vacuum(INCREMENTAL)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Set("_txlock", "immediate")
@@ -102,10 +105,6 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
-	if err := incrementalOnNew(ctx, w); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("auto_vacuum of %s: %w", path, err)
-	}
 	if err := migrate(ctx, w, schema); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("migrate %s: %w", path, err)

@@ -20,17 +20,6 @@ import (
 // autoVacuumIncremental is PRAGMA auto_vacuum's value for INCREMENTAL.
 const autoVacuumIncremental = 2
 
-// incrementalOnNew sets auto_vacuum=INCREMENTAL on a database that has no
-// table yet, which is the only time it can be set without a VACUUM.
-func incrementalOnNew(ctx context.Context, w *sql.DB) error {
-	var tables int
-	if err := w.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&tables); err != nil || tables > 0 {
-		return err
-	}
-	_, err := w.ExecContext(ctx, `PRAGMA auto_vacuum = INCREMENTAL`)
-	return err
-}
-
 // Incremental reports whether the file gives the pages purges free back to
 // the file system (auto_vacuum=INCREMENTAL). A file made before it was the
 // default does not until Vacuum is run once.
@@ -56,7 +45,9 @@ func (db *DB) Vacuum(ctx context.Context) (before, after int64, err error) {
 	}
 	defer c.Close()
 	c.SetMaxOpenConns(1)
-	for _, stmt := range []string{`PRAGMA auto_vacuum = INCREMENTAL`, `VACUUM`, `PRAGMA wal_checkpoint(TRUNCATE)`} {
+	// The connection's DSN sets auto_vacuum=INCREMENTAL first, which
+	// VACUUM makes the file's.
+	for _, stmt := range []string{`VACUUM`, `PRAGMA wal_checkpoint(TRUNCATE)`} {
 		if _, err := c.ExecContext(ctx, stmt); err != nil {
 			return before, 0, mapErr(err)
 		}
