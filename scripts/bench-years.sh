@@ -11,6 +11,9 @@
 #                                           a file filled before (bench fill's
 #                                           output in KEYS), with its sizes
 #   PAYMENTS, LIVE, UNPURGED: the big fill's sizes (default 1M, 300k, 300k)
+#   PG=postgres://... scripts/bench-years.sh
+#                                           fill that (empty) PostgreSQL database
+#                                           instead, and measure it alone
 #
 # The big file is changed: vacuumed if it is not INCREMENTAL yet (timed),
 # then purged. Load runs last DURATION seconds (default 30).
@@ -68,7 +71,7 @@ serve() {
   local db=$1; shift
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   ONCEPAY_ADMIN_TOKEN=$token "$work/oncepay" serve --addr "127.0.0.1:$port" --db "$db" \
-    --sim-db "$work/sim-$(basename "$db").db" "$@" 2>>"$work/log-$(basename "$db")" &
+    --sim-db "$work/sim-$(basename "${db%%\?*}").db" "$@" 2>>"$work/log-$(basename "$db")" &
   pid=$!
   echo "$pid" >"$work/pid"
   until curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; do
@@ -98,6 +101,22 @@ p99() {
 }
 
 size() { stat -c %s "$1"; }
+# sql DB QUERY: one value from the database, SQLite file or postgres:// URL.
+sql() {
+  case $1 in
+  postgres://*) psql -qAt "$1" -c "$2" ;;
+  *) sqlite3 "$1" "$2" ;;
+  esac
+}
+# checkpoint DB: SQLite's WAL folded into the file, so its size is the file's.
+checkpoint() { case $1 in postgres://*) ;; *) sqlite3 "$1" 'PRAGMA wal_checkpoint(TRUNCATE)' >/dev/null ;; esac; }
+# dbsize DB: the file's bytes, or the PostgreSQL database's.
+dbsize() {
+  case $1 in
+  postgres://*) sql "$1" 'SELECT pg_database_size(current_database())' ;;
+  *) size "$1" ;;
+  esac
+}
 mb() { awk -v b="$1" 'BEGIN{printf "%.0f MB", b / 1048576}'; }
 
 # measure FILE KEYS FIRST_LIVE: the load, the pages, then the purge.
@@ -107,14 +126,14 @@ measure() {
   mapfile -t secrets < <(awk '{print $2}' "$keys")
   scope=$(awk 'NR == 1 {print $1}' "$keys")
   secret=${secrets[0]}
-  sqlite3 "$db" 'PRAGMA wal_checkpoint(TRUNCATE)' >/dev/null
-  echo "  file $(mb "$(size "$db")"): $(sqlite3 "$db" "SELECT (SELECT count(*) FROM payments) || ' payments, ' || (SELECT count(*) FROM payment_attempts) || ' kept keys, ' || (SELECT count(*) FROM expired_keys) || ' expired keys, ' || (SELECT count(*) FROM events) || ' events'"); auto_vacuum $(sqlite3 "$db" 'PRAGMA auto_vacuum')"
+  checkpoint "$db"
+  echo "  database $(mb "$(dbsize "$db")"): $(sql "$db" "SELECT (SELECT count(*) FROM payments) || ' payments, ' || (SELECT count(*) FROM payment_attempts) || ' kept keys, ' || (SELECT count(*) FROM expired_keys) || ' expired keys, ' || (SELECT count(*) FROM events) || ' events'")"
   serve "$db" --purge-schedule off
   load "new payments" new.lua "n$RANDOM$RANDOM" "$secret"
   load "replays of kept keys" replay.lua "$first" "$count" "${secrets[@]}"
   local deep deeppay
-  deep=$(sqlite3 "$db" "SELECT created_at || '.' || id FROM payment_attempts ORDER BY created_at LIMIT 1 OFFSET 1000")
-  deeppay=$(sqlite3 "$db" "SELECT id FROM payments WHERE scope = '$scope' ORDER BY id LIMIT 1 OFFSET 1000")
+  deep=$(sql "$db" "SELECT created_at || '.' || id FROM payment_attempts ORDER BY created_at LIMIT 1 OFFSET 1000")
+  deeppay=$(sql "$db" "SELECT id FROM payments WHERE scope = '$scope' ORDER BY id LIMIT 1 OFFSET 1000")
   p99 "admin list, first page" "$token" "/admin"
   p99 "admin list, deep page" "$token" "/admin?before=$deep"
   p99 "admin list, failed" "$token" "/admin?status=failed"
@@ -124,16 +143,16 @@ measure() {
   p99 "GET /v1/events, first" "$secret" "/v1/events?limit=100"
   stop
   # The purge beside new payments: cron starts it 5s in; the load runs on.
-  sqlite3 "$db" 'PRAGMA wal_checkpoint(TRUNCATE)' >/dev/null
-  local before pages0
-  before=$(size "$db"); pages0=$(sqlite3 "$db" 'PRAGMA page_count')
+  checkpoint "$db"
+  local before
+  before=$(dbsize "$db")
   serve "$db" --purge-schedule "@every 5s"
   load "new payments beside purge" new.lua "p$RANDOM$RANDOM" "$secret"
   sleep 2
   stop
-  sqlite3 "$db" 'PRAGMA wal_checkpoint(TRUNCATE)' >/dev/null
-  echo "  purge runs: $(grep -c '"purge' "$work/log-$(basename "$db")" || true) log lines; first: $(grep -m1 'purge: deleted [1-9]' "$work/log-$(basename "$db")" | head -c 300)"
-  echo "  file $(mb "$before") ($pages0 pages) before the purge, $(mb "$(size "$db")") ($(sqlite3 "$db" 'PRAGMA page_count') pages, $(sqlite3 "$db" 'PRAGMA freelist_count') free) after; kept keys now $(sqlite3 "$db" 'SELECT count(*) FROM payment_attempts')"
+  checkpoint "$db"
+  echo "  purge: $(grep 'purge: deleted [1-9]' "$work/log-$(basename "$db")" | grep -o '"result":"[^"]*","duration":"[^"]*"' | head -3)"
+  echo "  database $(mb "$before") before the purge, $(mb "$(dbsize "$db")") after; kept keys now $(sql "$db" 'SELECT count(*) FROM payment_attempts')"
 }
 
 small=$work/small.db
@@ -145,6 +164,15 @@ if [ -z "${BIG:-}" ]; then
   start=$(date +%s)
   "$work/oncepay" bench fill --db "$BIG" --payments "$payments" --live-keys "$live" --unpurged "$unpurged" --merchants $merchants >"$KEYS"
   echo "fill: $payments payments in $(( $(date +%s) - start ))s"
+fi
+if [ -n "${PG:-}" ]; then # PostgreSQL: the fill and the measures, nothing else
+  echo "PostgreSQL ($(sql "$PG" 'SHOW server_version'), autovacuum $(sql "$PG" 'SHOW autovacuum'), scale factor $(sql "$PG" 'SHOW autovacuum_vacuum_scale_factor')):"
+  start=$(date +%s)
+  "$work/oncepay" bench fill --db "$PG" --payments "$payments" --live-keys "$live" --unpurged "$unpurged" --merchants $merchants >"$work/pg-keys.txt"
+  echo "fill: $payments payments in $(( $(date +%s) - start ))s"
+  sql "$PG" 'ANALYZE' >/dev/null
+  measure "$PG" "$work/pg-keys.txt" $((payments - live)) "$live"
+  exit 0
 fi
 if [ "$(sqlite3 "$BIG" 'PRAGMA auto_vacuum')" != 2 ]; then
   echo "vacuum (the migration of a file made before auto_vacuum=INCREMENTAL):"
