@@ -3,8 +3,9 @@
 # and on a large filled one (oncepay bench fill), in one run: new payments
 # and replays over HTTP (wrk: rate and p99), the admin list and search and
 # GET /v1/payments (p99 of 200 requests each, first and deep pages, curl's
-# time on loopback), then new payments while a purge of the records past
-# the retention runs beside them, and the file's size before and after.
+# time on loopback), then new payments with no purge, beside a purge in
+# whole batches, and beside one in batches bounded by time, and the file's
+# size before and after.
 #
 #   scripts/bench-years.sh                  fill both files itself
 #   BIG=/path/big.db KEYS=/path/keys.txt scripts/bench-years.sh
@@ -142,29 +143,29 @@ measure() {
   p99 "GET /v1/payments, deep" "$secret" "/v1/payments?limit=100&starting_after=$deeppay"
   p99 "GET /v1/events, first" "$secret" "/v1/events?limit=100"
   stop
-  # The purge beside new payments: cron starts it 5s in; the load runs on.
+  # The purge beside new payments, one after another on the same file:
+  # none, whole batches of 1,000, batches bounded by 25 ms (the default).
   checkpoint "$db"
-  local before
+  local before mode
   before=$(dbsize "$db")
-  serve "$db" --purge-schedule "@every 5s"
-  load "new payments beside purge" new.lua "p$RANDOM$RANDOM" "$secret"
-  sleep 2
-  stop
+  for mode in none whole bounded; do
+    case $mode in
+    none) serve "$db" --purge-schedule off ;;
+    whole) serve "$db" --purge-schedule "@every 3s" --purge-batch-time -1ns ;;
+    bounded) serve "$db" --purge-schedule "@every 3s" --purge-batch-time 25ms ;;
+    esac
+    : >"$work/log-$(basename "$db")"
+    load "new payments, purge $mode" new.lua "p$mode$RANDOM" "$secret"
+    stop
+    echo "    $(grep -o '"result":"purge: deleted [1-9][^"]*"' "$work/log-$(basename "$db")" | head -1)"
+  done
   checkpoint "$db"
-  echo "  purge: $(grep 'purge: deleted [1-9]' "$work/log-$(basename "$db")" | grep -o '"result":"[^"]*","duration":"[^"]*"' | head -3)"
-  echo "  database $(mb "$before") before the purge, $(mb "$(dbsize "$db")") after; kept keys now $(sql "$db" 'SELECT count(*) FROM payment_attempts')"
+  echo "  database $(mb "$before") before the purges, $(mb "$(dbsize "$db")") after; kept keys now $(sql "$db" 'SELECT count(*) FROM payment_attempts')"
 }
 
 small=$work/small.db
 rm -f "$small"*
 "$work/oncepay" bench fill --db "$small" --payments 2000 --live-keys 1000 --unpurged 500 --merchants $merchants >"$work/small-keys.txt" 2>/dev/null
-if [ -z "${BIG:-}" ]; then
-  BIG=$work/big.db KEYS=$work/big-keys.txt
-  rm -f "$BIG"*
-  start=$(date +%s)
-  "$work/oncepay" bench fill --db "$BIG" --payments "$payments" --live-keys "$live" --unpurged "$unpurged" --merchants $merchants >"$KEYS"
-  echo "fill: $payments payments in $(( $(date +%s) - start ))s"
-fi
 if [ -n "${PG:-}" ]; then # PostgreSQL: the fill and the measures, nothing else
   echo "PostgreSQL ($(sql "$PG" 'SHOW server_version'), autovacuum $(sql "$PG" 'SHOW autovacuum'), scale factor $(sql "$PG" 'SHOW autovacuum_vacuum_scale_factor')):"
   start=$(date +%s)
@@ -173,6 +174,13 @@ if [ -n "${PG:-}" ]; then # PostgreSQL: the fill and the measures, nothing else
   sql "$PG" 'ANALYZE' >/dev/null
   measure "$PG" "$work/pg-keys.txt" $((payments - live)) "$live"
   exit 0
+fi
+if [ -z "${BIG:-}" ]; then
+  BIG=$work/big.db KEYS=$work/big-keys.txt
+  rm -f "$BIG"*
+  start=$(date +%s)
+  "$work/oncepay" bench fill --db "$BIG" --payments "$payments" --live-keys "$live" --unpurged "$unpurged" --merchants $merchants >"$KEYS"
+  echo "fill: $payments payments in $(( $(date +%s) - start ))s"
 fi
 if [ "$(sqlite3 "$BIG" 'PRAGMA auto_vacuum')" != 2 ]; then
   echo "vacuum (the migration of a file made before auto_vacuum=INCREMENTAL):"
