@@ -16,6 +16,9 @@ import (
 // BENCHMARKS.md. An invariant violation is an error, so the exit status
 // tells CI.
 func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "fill" {
+		return runBenchFill(ctx, args[1:], getenv, stdout, stderr)
+	}
 	var (
 		cfg      loadtest.Config
 		scenario string

@@ -53,12 +53,15 @@ Usage:
                                 list endpoints, stop sending to one, give one a new secret
   oncepay deliver               send merchants' events due to their endpoints once, then exit
   oncepay backup --to FILE      copy the live SQLite database consistently (PostgreSQL: pg_dump)
+  oncepay vacuum                make an older SQLite file shrink with its purges (rewrites it once)
   oncepay restore --from URL --to FILE [--at TIME]
                                 bring back the SQLite database that serve --replica replicated
   oncepay copy --from FILE --to postgres://...
                                 move a SQLite installation to an empty PostgreSQL database
   oncepay version               print the version
   oncepay bench                 drive a running server with load, then check no payment was charged twice
+  oncepay bench fill --db FILE|URL --payments N --live-keys N --merchants N
+                                make a large realistic database to measure on (prints each merchant's API key)
 
 Every flag can also be set with an ONCEPAY_* environment variable;
 "oncepay COMMAND --help" lists them with their defaults.
@@ -94,6 +97,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runDeliver(ctx, args, getenv, stdout, stderr)
 	case "backup":
 		return runBackup(ctx, args, getenv, stdout, stderr)
+	case "vacuum":
+		return runVacuum(ctx, args, getenv, stdout, stderr)
 	case "restore":
 		return runRestore(ctx, args, getenv, stdout, stderr)
 	case "copy":

@@ -57,6 +57,7 @@ type config struct {
 	retention         time.Duration
 	paymentRetention  time.Duration
 	eventRetention    time.Duration
+	purgeBatchTime    time.Duration
 	adminToken        string
 	adminTokenFile    string
 	reconcileSchedule string
@@ -213,6 +214,7 @@ func (c *config) registerServe(fs *flag.FlagSet) {
 func (c *config) registerRetention(fs *flag.FlagSet) {
 	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long final attempts (and so their keys) are kept")
 	fs.DurationVar(&c.paymentRetention, "payment-retention", 0, "how long payments and their refunds are kept after their keys, and merchants' events after they were made (0: always); at least --retention")
+	fs.DurationVar(&c.purgeBatchTime, "purge-batch-time", payment.DefaultPurgeBatchTime, "a purge batch that took longer halves the next one's size (negative: every batch the full 1,000)")
 	fs.DurationVar(&c.eventRetention, "event-retention", payment.DefaultEventRetention, "how long final webhook events (processed, ignored) are kept; longer than the provider redelivers (Stripe: 3 days) answers a late copy as a duplicate")
 }
 
@@ -438,6 +440,7 @@ func (c *config) open(ctx context.Context, log *slog.Logger) (*app, error) {
 		return nil, err
 	}
 	a := &app{db: db}
+	warnNotIncremental(ctx, db, c.dbName(), log.Warn)
 	if err := db.BindProvider(ctx, c.providerID()); err != nil {
 		a.Close()
 		return nil, err
@@ -592,7 +595,7 @@ func newPurger(db payment.PurgeStore, c *config) (*payment.Purger, error) {
 	if c.eventRetention <= 0 {
 		return nil, fmt.Errorf("--event-retention (%s) must be positive", c.eventRetention)
 	}
-	p, err := payment.NewPurger(payment.Purger{Store: db, Retention: c.retention, PaymentRetention: c.paymentRetention, EventRetention: c.eventRetention})
+	p, err := payment.NewPurger(payment.Purger{Store: db, Retention: c.retention, PaymentRetention: c.paymentRetention, EventRetention: c.eventRetention, BatchTime: c.purgeBatchTime})
 	if err != nil {
 		return nil, fmt.Errorf("--retention: %w", err)
 	}

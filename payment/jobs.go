@@ -13,6 +13,9 @@ const (
 	DefaultStaleAfter     = 5 * time.Minute
 	DefaultReconcileLimit = 1000
 	DefaultPurgeBatchSize = 1000
+	// DefaultPurgeBatchTime is how long one purge batch may hold the writer
+	// before the next is made smaller (BENCHMARKS.md, "Years on one file").
+	DefaultPurgeBatchTime = 25 * time.Millisecond
 	// DefaultEventRetention is how long a final provider event stays in the
 	// inbox: past Stripe's redelivery window (up to 3 days), so a late
 	// redelivery is answered as a duplicate, with days to spare for an
@@ -168,6 +171,11 @@ type Purger struct {
 	// the fenced record, and a final answer is never changed.
 	EventRetention time.Duration
 	BatchSize      int
+	// BatchTime bounds how long one batch holds the writer: a batch that
+	// took longer halves the next one's size, one that took under half
+	// of it doubles it again, up to BatchSize. Default DefaultPurgeBatchTime;
+	// negative: BatchSize alone.
+	BatchTime time.Duration
 	// Observe, if set, is told what every run did.
 	Observe func(PurgeResult)
 }
@@ -193,6 +201,7 @@ func NewPurger(p Purger) (*Purger, error) {
 		p.Now = time.Now
 	}
 	p.BatchSize = cmp.Or(p.BatchSize, DefaultPurgeBatchSize)
+	p.BatchTime = cmp.Or(p.BatchTime, DefaultPurgeBatchTime)
 	p.EventRetention = cmp.Or(p.EventRetention, DefaultEventRetention)
 	return &p, nil
 }
@@ -204,6 +213,10 @@ type PurgeResult struct {
 	OutboxDeleted   int       // events told to merchants, past the payment retention
 	EventsDeleted   int       // final provider events past the event retention
 	Before          time.Time // attempts final before this were deleted
+	// LongestBatch is the longest one batch took (held the writer, on
+	// SQLite), and Batches how many ran.
+	LongestBatch time.Duration
+	Batches      int
 }
 
 func (r PurgeResult) String() string {
@@ -218,6 +231,9 @@ func (r PurgeResult) String() string {
 		s += fmt.Sprintf(", and %d payments past the payment retention", r.PaymentsDeleted)
 	case r.OutboxDeleted > 0:
 		s += fmt.Sprintf(", and %d merchant events past the payment retention", r.OutboxDeleted)
+	}
+	if r.Batches > 1 {
+		s += fmt.Sprintf(" (%d batches, the longest %s)", r.Batches, r.LongestBatch.Round(time.Millisecond/10))
 	}
 	return s
 }
@@ -242,34 +258,47 @@ func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 	if p.EventRetention < 0 {
 		return res, fmt.Errorf("purge: the event retention (%s) is negative", p.EventRetention)
 	}
-	n, err := purgeBatches(ctx, p.Store.Purge, res.Before, p.BatchSize)
+	n, err := p.batches(ctx, &res, p.Store.Purge, res.Before)
 	res.Deleted = n
 	if err != nil {
 		return res, err
 	}
 	eventRetention := cmp.Or(p.EventRetention, DefaultEventRetention) // built by hand: never zero
-	n, err = purgeBatches(ctx, p.Store.PurgeEvents, p.Now().Add(-eventRetention), p.BatchSize)
+	n, err = p.batches(ctx, &res, p.Store.PurgeEvents, p.Now().Add(-eventRetention))
 	res.EventsDeleted = n
 	if err != nil || p.PaymentRetention <= 0 {
 		return res, err
 	}
-	res.PaymentsDeleted, err = purgeBatches(ctx, p.Store.PurgePayments, p.Now().Add(-p.PaymentRetention), p.BatchSize)
+	res.PaymentsDeleted, err = p.batches(ctx, &res, p.Store.PurgePayments, p.Now().Add(-p.PaymentRetention))
 	if err != nil {
 		return res, err
 	}
-	res.OutboxDeleted, err = purgeBatches(ctx, p.Store.PurgeOutbox, p.Now().Add(-p.PaymentRetention), p.BatchSize)
+	res.OutboxDeleted, err = p.batches(ctx, &res, p.Store.PurgeOutbox, p.Now().Add(-p.PaymentRetention))
 	return res, err
 }
 
-// purgeBatches deletes batch by batch until a batch comes back short
-// (river's JobCleaner), so no transaction holds the writer for long.
-func purgeBatches(ctx context.Context, purge func(context.Context, time.Time, int) (int, error), before time.Time, batch int) (int, error) {
-	total := 0
+// batches deletes batch by batch until a batch comes back short (river's
+// JobCleaner), so no transaction holds the writer for long: each batch
+// at most BatchSize rows, and its size halved after one that held the
+// writer past BatchTime (a large file, a slow disk, a busy machine).
+func (p *Purger) batches(ctx context.Context, res *PurgeResult, purge func(context.Context, time.Time, int) (int, error), before time.Time) (int, error) {
+	total, size := 0, p.BatchSize
 	for {
-		n, err := purge(ctx, before, batch)
+		start := p.Now() // the purger's clock: a test's advances as its store works
+		n, err := purge(ctx, before, size)
+		took := p.Now().Sub(start)
 		total += n
-		if err != nil || n < batch {
+		res.Batches++
+		res.LongestBatch = max(res.LongestBatch, took)
+		if err != nil || n < size {
 			return total, err
+		}
+		switch {
+		case p.BatchTime <= 0:
+		case took > p.BatchTime:
+			size = max(1, size/2)
+		case took < p.BatchTime/2:
+			size = min(p.BatchSize, 2*size)
 		}
 	}
 }

@@ -67,6 +67,11 @@ type OutboxEvent struct {
 // payment's view has no refunds: a payment is refunded only once it
 // succeeded, and then no longer changes state.
 func ChangeEvent(a Attempt, o Outcome, now time.Time) *OutboxEvent {
+	return changeEvent(a, o, now, NewEventID())
+}
+
+// changeEvent is ChangeEvent under the event id eventID.
+func changeEvent(a Attempt, o Outcome, now time.Time, eventID string) *OutboxEvent {
 	var typ EventType
 	if a.Kind == KindRefund {
 		typ = EventRefundFailed
@@ -85,13 +90,13 @@ func ChangeEvent(a Attempt, o Outcome, now time.Time) *OutboxEvent {
 			object = a.View().Body()
 		}
 	}
-	return objectEvent(a.Scope, typ, a.ID, object, now)
+	return objectEvent(eventID, a.Scope, typ, a.ID, object, now)
 }
 
-// objectEvent is the event of type typ about the object id of scope, whose
-// JSON (as GET shows it after the change) is object.
-func objectEvent(scope string, typ EventType, id string, object []byte, now time.Time) *OutboxEvent {
-	e := &OutboxEvent{ID: NewEventID(), Scope: scope, Type: typ, ObjectID: id, CreatedAt: now.UTC().Truncate(time.Millisecond)}
+// objectEvent is the event eventID of type typ about the object id of
+// scope, whose JSON (as GET shows it after the change) is object.
+func objectEvent(eventID, scope string, typ EventType, id string, object []byte, now time.Time) *OutboxEvent {
+	e := &OutboxEvent{ID: eventID, Scope: scope, Type: typ, ObjectID: id, CreatedAt: now.UTC().Truncate(time.Millisecond)}
 	// Stripe's shape, written out: only the view needs encoding/json (the
 	// id and the type are ASCII letters, digits, "_" and ".").
 	b := make([]byte, 0, len(object)+128)
@@ -112,7 +117,7 @@ func objectEvent(scope string, typ EventType, id string, object []byte, now time
 // failed.
 func RefundFailedEvent(r Refund, code string, now time.Time) *OutboxEvent {
 	r.Status, r.FailureCode = Failed, code
-	return objectEvent(r.Scope, EventRefundFailed, r.ID, r.View().Body(), now)
+	return objectEvent(NewEventID(), r.Scope, EventRefundFailed, r.ID, r.View().Body(), now)
 }
 
 // DisputeEvent is the event of dispute d on payment p: payment.disputed,
@@ -124,7 +129,7 @@ func DisputeEvent(p Payment, d Dispute, now time.Time) *OutboxEvent {
 		typ = EventPaymentDisputeClosed
 	}
 	p.Dispute = &d
-	return objectEvent(p.Scope, typ, p.ID, p.View(nil).Body(), now)
+	return objectEvent(NewEventID(), p.Scope, typ, p.ID, p.View(nil).Body(), now)
 }
 
 // paymentEventTypes is the event of a payment's change to each status.
@@ -142,8 +147,10 @@ func (s *Service) withEvent(a Attempt, o Outcome) Outcome {
 
 // NewEventID returns a fresh event id, time-ordered like a payment's: the
 // time in microseconds, then 80 random bits.
-func NewEventID() string {
-	return "evt_" + strings.ToUpper(strconv.FormatInt(time.Now().UnixMicro(), 36)) + rand.Text()[:16]
+func NewEventID() string { return eventIDAt(time.Now()) }
+
+func eventIDAt(t time.Time) string {
+	return "evt_" + strings.ToUpper(strconv.FormatInt(t.UnixMicro(), 36)) + rand.Text()[:16]
 }
 
 // OutboxFilter selects a merchant's events, a page at a time by id, never

@@ -6,6 +6,8 @@ package payment
 import (
 	"context"
 	"crypto/sha256"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -318,12 +320,48 @@ type APIKey struct {
 	RevokedAt  time.Time // zero while live
 }
 
-// AttemptFilter selects attempts for the admin page.
+// AttemptFilter selects attempts for the admin page, a page at a time by
+// key (the time and id of the row at the page's edge), never by offset.
 type AttemptFilter struct {
 	Status Status // "" for all
-	Search string // an idempotency key prefix, a payment id or a charge id
+	// Search is an Idempotency-Key (whole, of any merchant) or a payment
+	// or refund id: each found through an index, however many attempts.
+	Search string
 	Limit  int
-	Offset int
+	// Before, if set, asks for the page older than this row; After, the
+	// page newer than it (still listed newest first). Filtered by status,
+	// the list is by the last change (updated_at), newest first.
+	Before, After *AttemptCursor
+}
+
+// AttemptCursor is where a page of attempts ends: the list's order is by
+// creation time, then id; filtered by status, by the last change's time
+// (an index of the status and creation time costs every new payment too
+// much, BENCHMARKS.md), then id.
+type AttemptCursor struct {
+	At time.Time
+	ID string
+}
+
+// CursorOf is the cursor of attempt a listed under f.
+func CursorOf(a Attempt, f AttemptFilter) AttemptCursor {
+	if f.Status != "" {
+		return AttemptCursor{At: a.UpdatedAt, ID: a.ID}
+	}
+	return AttemptCursor{At: a.CreatedAt, ID: a.ID}
+}
+
+// String is the cursor as a URL carries it: Unix milliseconds, ".", the id.
+func (c AttemptCursor) String() string { return strconv.FormatInt(c.At.UnixMilli(), 10) + "." + c.ID }
+
+// ParseAttemptCursor reads a cursor String wrote.
+func ParseAttemptCursor(s string) (*AttemptCursor, error) {
+	t, id, ok := strings.Cut(s, ".")
+	n, err := strconv.ParseInt(t, 10, 64)
+	if !ok || err != nil || n < 0 || id == "" || !visibleASCII(id) || len(id) > 64 {
+		return nil, Invalidf("cursor", "A page cursor is the milliseconds and the id of an attempt, as the page's links give it.")
+	}
+	return &AttemptCursor{At: time.UnixMilli(n).UTC(), ID: id}, nil
 }
 
 // ListedAttempt is an attempt with the name of the merchant it belongs to.
@@ -336,6 +374,9 @@ type ListedAttempt struct {
 type AdminStore interface {
 	ListAttempts(ctx context.Context, f AttemptFilter) ([]ListedAttempt, error)
 	Counts(ctx context.Context) (map[Status]int, error)
+	// CountsUpTo counts the attempts in each status, each up to most: the
+	// admin page's figures, which read at most that many index entries.
+	CountsUpTo(ctx context.Context, most int) (map[Status]int, error)
 	// CountStale counts the attempts Store.Stale would return, unlimited.
 	CountStale(ctx context.Context, updatedBefore, now time.Time) (int, error)
 	// AttemptByPaymentID finds an attempt by payment id in any scope.

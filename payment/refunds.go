@@ -291,6 +291,8 @@ func RefundDownstreamKey(scope, key string) string {
 
 // NewRefundID returns a fresh public refund id, time-ordered like a
 // payment's.
-func NewRefundID() string {
-	return "re_" + strings.ToUpper(strconv.FormatInt(time.Now().UnixMicro(), 36)) + rand.Text()[:16]
+func NewRefundID() string { return refundIDAt(time.Now()) }
+
+func refundIDAt(t time.Time) string {
+	return "re_" + strings.ToUpper(strconv.FormatInt(t.UnixMicro(), 36)) + rand.Text()[:16]
 }

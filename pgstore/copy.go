@@ -57,46 +57,7 @@ func (db *DB) Import(ctx context.Context, s *payment.Snapshot) error {
 			})); err != nil {
 			return err
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"payment_attempts"}, []string{"scope", "idempotency_key", "id", "request_hash", "request",
-			"amount", "currency", "status", "fence", "lease_expires_at", "response_status", "response_body", "charge_id",
-			"failure_code", "created_at", "updated_at", "kind", "payment_id", "details", "provider"},
-			pgx.CopyFromSlice(len(s.Attempts), func(i int) ([]any, error) {
-				a := s.Attempts[i]
-				var respStatus *int32
-				if a.ResponseStatus != 0 {
-					v := int32(a.ResponseStatus)
-					respStatus = &v
-				}
-				return []any{a.Scope, a.Key, a.ID, a.RequestHash, a.Request, a.Amount, a.Currency,
-					string(a.Status), a.Fence, msOrNull(a.LeaseExpiresAt), respStatus, a.ResponseBody, nullString(a.ChargeID),
-					nullString(a.FailureCode), ms(a.CreatedAt), ms(a.UpdatedAt), string(a.Kind), nullString(a.PaymentID), a.Details,
-					nullString(a.Provider)}, nil
-			})); err != nil {
-			return err
-		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"payments"}, []string{"id", "scope", "key_hash", "amount", "currency", "status",
-			"charge_id", "failure_code", "amount_refunded", "amount_reserved", "details", "created_at", "updated_at",
-			"dispute_id", "dispute_status", "dispute_reason", "dispute_amount"},
-			pgx.CopyFromSlice(len(s.Payments), func(i int) ([]any, error) {
-				p := s.Payments[i]
-				var dID, dStatus, dReason *string
-				var dAmount *int64
-				if d := p.Dispute; d != nil {
-					dID, dStatus, dReason, dAmount = &d.ID, &d.Status, nullString(d.Reason), &d.Amount
-				}
-				return []any{p.ID, p.Scope, p.KeyHash, p.Amount, p.Currency, string(p.Status),
-					nullString(p.ChargeID), nullString(p.FailureCode), p.AmountRefunded, p.AmountReserved, p.Details,
-					ms(p.CreatedAt), ms(p.UpdatedAt), dID, dStatus, dReason, dAmount}, nil
-			})); err != nil {
-			return err
-		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"refunds"}, []string{"id", "scope", "payment_id", "key_hash", "amount", "currency",
-			"status", "provider_refund_id", "failure_code", "details", "created_at", "updated_at"},
-			pgx.CopyFromSlice(len(s.Refunds), func(i int) ([]any, error) {
-				r := s.Refunds[i]
-				return []any{r.ID, r.Scope, r.PaymentID, r.KeyHash, r.Amount, r.Currency, string(r.Status),
-					nullString(r.ProviderRefundID), nullString(r.FailureCode), r.Details, ms(r.CreatedAt), ms(r.UpdatedAt)}, nil
-			})); err != nil {
+		if err := copyPayments(ctx, tx, s); err != nil {
 			return err
 		}
 		// expired_keys is what the attempts no longer hold: every kept
@@ -109,14 +70,7 @@ func (db *DB) Import(ctx context.Context, s *payment.Snapshot) error {
 			WHERE NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = r.id)`); err != nil {
 			return err
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"webhook_events"}, []string{"provider", "event_id", "type", "event", "payment_id",
-			"state", "attempts", "fence", "lease_expires_at", "result", "last_error", "received_at", "updated_at"},
-			pgx.CopyFromSlice(len(s.Events), func(i int) ([]any, error) {
-				e := s.Events[i]
-				body, err := json.Marshal(e.Event)
-				return []any{e.Provider, e.ID, e.Type, body, nullString(e.PaymentID), string(e.State), e.Attempts, e.Fence,
-					msOrNull(e.LeaseExpiresAt), nullString(e.Result), nullString(e.LastError), ms(e.ReceivedAt), ms(e.UpdatedAt)}, err
-			})); err != nil {
+		if err := copyInbox(ctx, tx, s); err != nil {
 			return err
 		}
 		return importOutbox(ctx, tx, s)
@@ -157,4 +111,66 @@ func importOutbox(ctx context.Context, tx pgx.Tx, s *payment.Snapshot) error {
 				d.Tries, ms(d.NextAt), status, nullString(d.LastError), ms(d.CreatedAt), ms(d.UpdatedAt)}, nil
 		}))
 	return err
+}
+
+// copyPayments copies s's attempts, payments and refunds into tx.
+func copyPayments(ctx context.Context, tx pgx.Tx, s *payment.Snapshot) error {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"payment_attempts"}, []string{"scope", "idempotency_key", "id", "request_hash", "request",
+		"amount", "currency", "status", "fence", "lease_expires_at", "response_status", "response_body", "charge_id",
+		"failure_code", "created_at", "updated_at", "kind", "payment_id", "details", "provider"},
+		pgx.CopyFromSlice(len(s.Attempts), func(i int) ([]any, error) {
+			a := s.Attempts[i]
+			var respStatus *int32
+			if a.ResponseStatus != 0 {
+				v := int32(a.ResponseStatus)
+				respStatus = &v
+			}
+			return []any{a.Scope, a.Key, a.ID, a.RequestHash, a.Request, a.Amount, a.Currency,
+				string(a.Status), a.Fence, msOrNull(a.LeaseExpiresAt), respStatus, a.ResponseBody, nullString(a.ChargeID),
+				nullString(a.FailureCode), ms(a.CreatedAt), ms(a.UpdatedAt), string(a.Kind), nullString(a.PaymentID), a.Details,
+				nullString(a.Provider)}, nil
+		})); err != nil {
+		return err
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"payments"}, []string{"id", "scope", "key_hash", "amount", "currency", "status",
+		"charge_id", "failure_code", "amount_refunded", "amount_reserved", "details", "created_at", "updated_at",
+		"dispute_id", "dispute_status", "dispute_reason", "dispute_amount"},
+		pgx.CopyFromSlice(len(s.Payments), func(i int) ([]any, error) {
+			p := s.Payments[i]
+			var dID, dStatus, dReason *string
+			var dAmount *int64
+			if d := p.Dispute; d != nil {
+				dID, dStatus, dReason, dAmount = &d.ID, &d.Status, nullString(d.Reason), &d.Amount
+			}
+			return []any{p.ID, p.Scope, p.KeyHash, p.Amount, p.Currency, string(p.Status),
+				nullString(p.ChargeID), nullString(p.FailureCode), p.AmountRefunded, p.AmountReserved, p.Details,
+				ms(p.CreatedAt), ms(p.UpdatedAt), dID, dStatus, dReason, dAmount}, nil
+		})); err != nil {
+		return err
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"refunds"}, []string{"id", "scope", "payment_id", "key_hash", "amount", "currency",
+		"status", "provider_refund_id", "failure_code", "details", "created_at", "updated_at"},
+		pgx.CopyFromSlice(len(s.Refunds), func(i int) ([]any, error) {
+			r := s.Refunds[i]
+			return []any{r.ID, r.Scope, r.PaymentID, r.KeyHash, r.Amount, r.Currency, string(r.Status),
+				nullString(r.ProviderRefundID), nullString(r.FailureCode), r.Details, ms(r.CreatedAt), ms(r.UpdatedAt)}, nil
+		})); err != nil {
+		return err
+	}
+	return nil
+}
+
+// copyInbox copies s's provider events into tx.
+func copyInbox(ctx context.Context, tx pgx.Tx, s *payment.Snapshot) error {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"webhook_events"}, []string{"provider", "event_id", "type", "event", "payment_id",
+		"state", "attempts", "fence", "lease_expires_at", "result", "last_error", "received_at", "updated_at"},
+		pgx.CopyFromSlice(len(s.Events), func(i int) ([]any, error) {
+			e := s.Events[i]
+			body, err := json.Marshal(e.Event)
+			return []any{e.Provider, e.ID, e.Type, body, nullString(e.PaymentID), string(e.State), e.Attempts, e.Fence,
+				msOrNull(e.LeaseExpiresAt), nullString(e.Result), nullString(e.LastError), ms(e.ReceivedAt), ms(e.UpdatedAt)}, err
+		})); err != nil {
+		return err
+	}
+	return nil
 }

@@ -49,6 +49,9 @@ type Options struct {
 	ReplayCacheBytes int
 	// Now is the clock the replay cache ages by. Default time.Now.
 	Now func() time.Time
+	// Tracer, if set, is told of every statement the store runs (a test
+	// EXPLAINs them).
+	Tracer pgx.QueryTracer
 }
 
 var (
@@ -76,6 +79,9 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	}
 	if !strings.Contains(url, "connect_timeout") {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	if opts.Tracer != nil {
+		cfg.ConnConfig.Tracer = opts.Tracer
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -211,7 +211,7 @@ func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (i
 	var n int64
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT p.id FROM payments p
-			WHERE p.status IN ('succeeded', 'failed', 'expired') AND p.updated_at < $1 AND p.amount_reserved = 0
+			WHERE p.created_at < $1 AND p.status IN ('succeeded', 'failed', 'expired') AND p.updated_at < $1 AND p.amount_reserved = 0
 			  AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = p.id)
 			  AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id AND r.status = 'in_progress')
 			LIMIT $2 FOR UPDATE SKIP LOCKED`, ms(before), limit)

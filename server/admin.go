@@ -152,20 +152,35 @@ type pageBase struct {
 
 type attemptsPage struct {
 	pageBase
-	Attempts           []attemptRow
-	Counts             map[string]int
-	Total, StaleCount  int
+	Attempts []attemptRow
+	// Counts are each status's number of attempts, "10,000+" past
+	// adminCountCap: a page view reads no more of the index than that.
+	Counts             map[string]string
+	Total              string
+	StaleCount         int
 	Status, Search     string
-	From, To           int
 	NewerURL, OlderURL string
 }
 
 // FilterURL is the list filtered by status, with the search kept.
 func (p attemptsPage) FilterURL(status string) string {
-	return listURL(status, p.Search, 0)
+	return listURL(status, p.Search, "", "")
 }
 
-func listURL(status, search string, offset int) string {
+// adminCountCap is where the admin page stops counting a status.
+const adminCountCap = 10000
+
+// countText is n as the page shows it: at the cap, the cap and "+".
+func countText(n int, capped bool) string {
+	if capped {
+		return num(strconv.Itoa(n)) + "+"
+	}
+	return num(strconv.Itoa(n))
+}
+
+// listURL is the admin list with its filters, from one page's edge:
+// before (older than that attempt) or after (newer), cursors.
+func listURL(status, search, before, after string) string {
 	q := url.Values{}
 	if status != "" {
 		q.Set("status", status)
@@ -173,8 +188,11 @@ func listURL(status, search string, offset int) string {
 	if search != "" {
 		q.Set("q", search)
 	}
-	if offset > 0 {
-		q.Set("offset", strconv.Itoa(offset))
+	if before != "" {
+		q.Set("before", before)
+	}
+	if after != "" {
+		q.Set("after", after)
 	}
 	if len(q) == 0 {
 		return "/admin"
@@ -216,12 +234,21 @@ func listParams(r *http.Request, defaultLimit int) (payment.AttemptFilter, error
 	if f.Status, f.Limit, err = statusAndLimit(q, defaultLimit, 500); err != nil {
 		return f, err
 	}
-	if v := q.Get("offset"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return f, payment.Invalidf("offset", "offset must be a non-negative integer.")
+	if q.Has("offset") {
+		return f, payment.Invalidf("offset", "Pages go by cursor, never by offset: use the before or after a page's links give.")
+	}
+	for _, c := range []struct {
+		name string
+		dst  **payment.AttemptCursor
+	}{{"before", &f.Before}, {"after", &f.After}} {
+		if v := q.Get(c.name); v != "" {
+			if *c.dst, err = payment.ParseAttemptCursor(v); err != nil {
+				return f, payment.Invalidf(c.name, "%s", payment.ErrorMessage(err))
+			}
 		}
-		f.Offset = n
+	}
+	if f.Before != nil && f.After != nil {
+		return f, payment.Invalidf("after", "Give before or after, not both.")
 	}
 	return f, nil
 }
@@ -233,12 +260,14 @@ func (s *server) handleAdminList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.now()
+	f.Limit++ // one more: is there a page past this one?
 	list, err := s.Admin.Store.ListAttempts(r.Context(), f)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	counts, err := s.Admin.Store.Counts(r.Context())
+	list, more := pageOf(list, f)
+	counts, err := s.Admin.Store.CountsUpTo(r.Context(), adminCountCap)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -250,21 +279,27 @@ func (s *server) handleAdminList(w http.ResponseWriter, r *http.Request) {
 	}
 	p := attemptsPage{
 		pageBase: s.pageBase(now), StaleCount: stale,
-		Counts: map[string]int{string(payment.InProgress): 0, string(payment.Succeeded): 0, string(payment.Failed): 0, string(payment.Queued): 0},
-		Status: string(f.Status), Search: f.Search, From: f.Offset + 1, To: f.Offset + len(list),
+		Counts: map[string]string{},
+		Status: string(f.Status), Search: f.Search,
 	}
-	for st, n := range counts {
-		p.Counts[string(st)] = n
-		p.Total += n
+	total, capped := 0, false
+	for _, st := range []payment.Status{payment.InProgress, payment.Succeeded, payment.Failed, payment.Queued, payment.Expired} {
+		n := counts[st]
+		p.Counts[string(st)] = countText(n, n >= adminCountCap)
+		total, capped = total+n, capped || n >= adminCountCap
 	}
+	p.Total = countText(total, capped)
 	for _, a := range list {
 		p.Attempts = append(p.Attempts, s.row(a, now))
 	}
-	if f.Offset > 0 {
-		p.NewerURL = listURL(p.Status, p.Search, max(0, f.Offset-adminPageSize))
-	}
-	if len(list) == adminPageSize {
-		p.OlderURL = listURL(p.Status, p.Search, f.Offset+adminPageSize)
+	if len(list) > 0 {
+		first, last := payment.CursorOf(list[0].Attempt, f).String(), payment.CursorOf(list[len(list)-1].Attempt, f).String()
+		if f.Before != nil || f.After != nil && more {
+			p.NewerURL = listURL(p.Status, p.Search, "", first)
+		}
+		if f.After != nil || more {
+			p.OlderURL = listURL(p.Status, p.Search, last, "")
+		}
 	}
 	if q := r.URL.Query(); q.Has("reconciled") {
 		p.Flash = fmt.Sprintf("Reconciled %s stale: %s succeeded, %s failed (not completed), %s still unknown.",
@@ -429,15 +464,28 @@ func (s *server) handleListAttempts(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	f.Limit++ // one more: is there a page past this one?
 	list, err := s.Admin.Store.ListAttempts(r.Context(), f)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	list, more := pageOf(list, f)
 	now := s.now()
 	out := struct {
-		Data []attemptJSON `json:"data"`
-	}{Data: []attemptJSON{}}
+		Data    []attemptJSON `json:"data"`
+		HasMore bool          `json:"has_more"`
+		// Next is the before of the next (older) page, after of the next
+		// newer one when the page was asked with after.
+		Next string `json:"next,omitempty"`
+	}{Data: []attemptJSON{}, HasMore: more}
+	if more && len(list) > 0 {
+		if f.After != nil {
+			out.Next = payment.CursorOf(list[0].Attempt, f).String()
+		} else {
+			out.Next = payment.CursorOf(list[len(list)-1].Attempt, f).String()
+		}
+	}
 	for _, a := range list {
 		row := s.row(a, now)
 		j := attemptJSON{ID: a.ID, Scope: a.Scope, Merchant: a.Merchant, IdempotencyKey: a.Key, Status: a.Status,
@@ -538,4 +586,16 @@ func formatAmount(amount int64, currency string) string {
 		p *= 10
 	}
 	return fmt.Sprintf("%d.%0*d %s", amount/p, digits, amount%p, currency)
+}
+
+// pageOf is list, asked for f.Limit (one more than a page), as a page:
+// without the one past it, and whether there was one.
+func pageOf(list []payment.ListedAttempt, f payment.AttemptFilter) ([]payment.ListedAttempt, bool) {
+	if len(list) < f.Limit {
+		return list, false
+	}
+	if f.After != nil { // newest first, the one past the page at the top
+		return list[1:], true
+	}
+	return list[:f.Limit-1], true
 }

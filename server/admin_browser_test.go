@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,7 +129,7 @@ func TestAdminInBrowser(t *testing.T) {
 	}
 
 	// Detail of a payload-laden attempt: the description and metadata are text.
-	run(t, ctx, chromedp.Navigate(base+"/admin?q=xss-b"), chromedp.WaitVisible(chromedp.CSS("td.key a")), chromedp.Click(chromedp.CSS("td.key a")),
+	run(t, ctx, chromedp.Navigate(base+"/admin?q="+url.QueryEscape("xss-b"+xssPayloads[1])), chromedp.WaitVisible(chromedp.CSS("td.key a")), chromedp.Click(chromedp.CSS("td.key a")),
 		chromedp.WaitVisible(chromedp.CSS(".detail")))
 	if pre := eval[string](t, ctx, `document.querySelector(".detail pre").textContent`); !strings.Contains(pre, "onerror") {
 		t.Errorf("request shown = %q, want the payload as text", pre)

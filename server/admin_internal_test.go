@@ -37,46 +37,58 @@ func TestFormatAmount(t *testing.T) {
 // not set.
 func TestListURL(t *testing.T) {
 	for _, tt := range []struct {
-		status, search string
-		offset         int
-		want           string
+		status, search, before, after string
+		want                          string
 	}{
-		{"", "", 0, "/admin"},
-		{"failed", "", 0, "/admin?status=failed"},
-		{"", "order 1", 0, "/admin?q=order+1"},
-		{"", "", 50, "/admin?offset=50"},
-		{"succeeded", "k", 100, "/admin?offset=100&q=k&status=succeeded"},
+		{"", "", "", "", "/admin"},
+		{"failed", "", "", "", "/admin?status=failed"},
+		{"", "order 1", "", "", "/admin?q=order+1"},
+		{"", "", "17.pay_1", "", "/admin?before=17.pay_1"},
+		{"succeeded", "k", "", "17.pay_1", "/admin?after=17.pay_1&q=k&status=succeeded"},
 	} {
-		if got := listURL(tt.status, tt.search, tt.offset); got != tt.want {
-			t.Errorf("listURL(%q, %q, %d) = %q, want %q", tt.status, tt.search, tt.offset, got, tt.want)
+		if got := listURL(tt.status, tt.search, tt.before, tt.after); got != tt.want {
+			t.Errorf("listURL(%q, %q, %q, %q) = %q, want %q", tt.status, tt.search, tt.before, tt.after, got, tt.want)
 		}
 	}
 }
 
-// limit and offset at the edges of what the list takes.
+// limit and the cursors at the edges of what the list takes; an offset,
+// never.
 func TestListParamsBounds(t *testing.T) {
 	for _, tt := range []struct {
 		query         string
-		limit, offset int
+		limit         int
+		before, after string
 		ok            bool
 	}{
-		{"", 50, 0, true},
-		{"limit=1", 1, 0, true},
-		{"limit=500", 500, 0, true},
-		{"limit=0", 0, 0, false},
-		{"limit=501", 0, 0, false},
-		{"offset=0", 50, 0, true},
-		{"offset=7", 50, 7, true},
-		{"offset=-1", 0, 0, false},
-		{"status=in_progress&q=x", 50, 0, true},
+		{"", 50, "", "", true},
+		{"limit=1", 1, "", "", true},
+		{"limit=500", 500, "", "", true},
+		{"limit=0", 0, "", "", false},
+		{"limit=501", 0, "", "", false},
+		{"offset=0", 0, "", "", false},
+		{"offset=7", 0, "", "", false},
+		{"before=17.pay_1", 50, "17.pay_1", "", true},
+		{"after=0.re_x", 50, "", "0.re_x", true},
+		{"before=17.pay_1&after=17.pay_1", 0, "", "", false},
+		{"before=pay_1", 0, "", "", false},
+		{"before=-1.pay_1", 0, "", "", false},
+		{"after=17.", 0, "", "", false},
+		{"status=in_progress&q=x", 50, "", "", true},
 	} {
 		f, err := listParams(httptest.NewRequest("GET", "/admin?"+tt.query, nil), 50)
 		if (err == nil) != tt.ok {
 			t.Errorf("%q: err = %v, want ok %v", tt.query, err, tt.ok)
 			continue
 		}
-		if tt.ok && (f.Limit != tt.limit || f.Offset != tt.offset) {
-			t.Errorf("%q: limit %d offset %d, want %d %d", tt.query, f.Limit, f.Offset, tt.limit, tt.offset)
+		cursor := func(c *payment.AttemptCursor) string {
+			if c == nil {
+				return ""
+			}
+			return c.String()
+		}
+		if tt.ok && (f.Limit != tt.limit || cursor(f.Before) != tt.before || cursor(f.After) != tt.after) {
+			t.Errorf("%q: limit %d before %q after %q, want %d %q %q", tt.query, f.Limit, cursor(f.Before), cursor(f.After), tt.limit, tt.before, tt.after)
 		}
 	}
 }

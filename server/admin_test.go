@@ -175,7 +175,7 @@ func TestListAttemptsJSON(t *testing.T) {
 	for _, tt := range []struct {
 		query string
 		want  int
-	}{{"", 3}, {"?status=succeeded", 2}, {"?status=failed", 1}, {"?status=in_progress", 0}, {"?limit=1", 1}, {"?q=ok-", 2}} {
+	}{{"", 3}, {"?status=succeeded", 2}, {"?status=failed", 1}, {"?status=in_progress", 0}, {"?limit=1", 1}, {"?q=ok-1", 1}, {"?q=ok-", 0}} {
 		r := e.do("GET", "/v1/attempts"+tt.query, nil)
 		var out struct {
 			Data []struct {
@@ -190,7 +190,29 @@ func TestListAttemptsJSON(t *testing.T) {
 			t.Errorf("GET /v1/attempts%s: %d attempts, want %d", tt.query, len(out.Data), tt.want)
 		}
 	}
-	for _, bad := range []string{"?limit=0", "?limit=501", "?limit=x", "?status=done", "?offset=-1"} {
+	// Page by page from each page's next cursor: every attempt once.
+	seen := map[string]bool{}
+	for q := "?limit=2"; ; {
+		var out struct {
+			Data    []struct{ ID string }
+			HasMore bool   `json:"has_more"`
+			Next    string `json:"next"`
+		}
+		if err := json.Unmarshal(e.do("GET", "/v1/attempts"+q, nil).Body, &out); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range out.Data {
+			seen[a.ID] = true
+		}
+		if !out.HasMore || len(seen) > 3 {
+			break
+		}
+		q = "?limit=2&before=" + out.Next
+	}
+	if len(seen) != 3 {
+		t.Errorf("GET /v1/attempts two at a time saw %d attempts, want 3", len(seen))
+	}
+	for _, bad := range []string{"?limit=0", "?limit=501", "?limit=x", "?status=done", "?offset=-1", "?offset=1", "?before=x"} {
 		if r := e.do("GET", "/v1/attempts"+bad, nil); r.Status != 400 || r.problemType() != payment.ProblemInvalidRequest {
 			t.Errorf("GET /v1/attempts%s = %d %s, want 400 invalid-request", bad, r.Status, r.Body)
 		}

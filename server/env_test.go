@@ -17,6 +17,7 @@ import (
 	"github.com/oncepay/oncepay/metrics"
 	"github.com/oncepay/oncepay/outbound"
 	"github.com/oncepay/oncepay/payment"
+	"github.com/oncepay/oncepay/pgstore"
 	"github.com/oncepay/oncepay/provider/sim"
 	"github.com/oncepay/oncepay/provider/stripe"
 	"github.com/oncepay/oncepay/server"
@@ -29,6 +30,7 @@ import (
 type env struct {
 	*oncepaytest.Env
 	t       testing.TB
+	pg      string // the PostgreSQL database's URL, with postgres
 	Metrics *metrics.Metrics
 	Inbox   *payment.Inbox
 	// Deliverer sends the events to the merchants' endpoints, and the
@@ -45,6 +47,7 @@ type envOptions struct {
 	now     func() time.Time
 	lease   time.Duration
 	storeOp sqlitestore.Options
+	pgOp    pgstore.Options // with postgres
 	// adminToken opens the admin surface in serve mode (auth); demo mode
 	// leaves it open.
 	adminToken string
@@ -71,7 +74,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.postgres {
 		pg = pgtest.URL(t)
 	}
-	oe := oncepaytest.Open(t, oncepaytest.Options{Dir: o.dir, Faults: o.faults, Now: o.now, Lease: o.lease, Store: o.storeOp, Log: o.log, Postgres: pg})
+	oe := oncepaytest.Open(t, oncepaytest.Options{Dir: o.dir, Faults: o.faults, Now: o.now, Lease: o.lease, Store: o.storeOp, PGStore: o.pgOp, Log: o.log, Postgres: pg})
 	m := metrics.New(oe.DB.InProgress, oe.Service.Now)
 	m.Store(oe.DB)
 	oe.Service.ObserveProviderCall = m.ProviderCall
@@ -105,7 +108,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.workshop {
 		cfg.Workshop = workshop.New(workshop.Config{Service: oe.Service, Reconciler: oe.Reconciler, Inbox: inbox, Forwarder: oe.Forwarder, Ledger: oe.Sim, Scope: server.DemoScope})
 	}
-	e := &env{Env: oe, t: t, Metrics: m, Inbox: inbox, Deliverer: dlv, Server: httptest.NewServer(server.New(cfg)),
+	e := &env{Env: oe, t: t, pg: pg, Metrics: m, Inbox: inbox, Deliverer: dlv, Server: httptest.NewServer(server.New(cfg)),
 		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}, Timeout: 30 * time.Second}}
 	t.Cleanup(e.Close)
 	return e

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/oncepay/oncepay/payment"
@@ -19,6 +20,10 @@ const listedColumns = `a.scope, a.idempotency_key, a.id, a.request_hash, a.reque
 // ListAttempts returns attempts of every merchant, newest first: by
 // created_at, then id, a total order, so equal times never shuffle between
 // reads. Not by id alone: every refund's re_ id sorts above every pay_ id.
+// With a status, newest change first instead (updated_at, then id), along
+// payment_attempts_status_updated. A page starts from its cursor, so a
+// deep page reads no more than the first; a search reads the id's index
+// and the key's in each merchant's part of the primary key.
 func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]payment.ListedAttempt, error) {
 	var (
 		where []string
@@ -29,15 +34,52 @@ func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]paym
 		args = append(args, f.Status)
 	}
 	if f.Search != "" {
-		where = append(where, `(a.idempotency_key >= ? AND a.idempotency_key < ? OR a.id = ? OR a.charge_id = ?)`)
-		args = append(args, f.Search, f.Search+"\U0010FFFF", f.Search, f.Search)
+		// "demo": the scope of demo mode (server.DemoScope), which has no
+		// merchant row.
+		where = append(where, `(a.id = ? OR a.idempotency_key = ? AND a.scope IN (SELECT id FROM merchants UNION ALL SELECT 'demo'))`)
+		args = append(args, f.Search, f.Search)
+	}
+	at := "a.created_at"
+	if f.Status != "" {
+		at = "a.updated_at"
+	}
+	order := ` ORDER BY ` + at + ` DESC, a.id DESC`
+	switch {
+	case f.Before != nil:
+		where = append(where, at+` <= ? AND (`+at+` < ? OR a.id < ?)`)
+		t := ms(f.Before.At)
+		args = append(args, t, t, f.Before.ID)
+	case f.After != nil:
+		where = append(where, at+` >= ? AND (`+at+` > ? OR a.id > ?)`)
+		t := ms(f.After.At)
+		args = append(args, t, t, f.After.ID)
+		order = ` ORDER BY ` + at + `, a.id`
 	}
 	query := `SELECT ` + listedColumns + ` FROM payment_attempts a LEFT JOIN merchants m ON m.id = a.scope`
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	query += ` ORDER BY a.created_at DESC, a.id DESC LIMIT ? OFFSET ?` // payment_attempts_created
-	return queryAll(ctx, db.r, scanListed, query, append(args, f.Limit, f.Offset)...)
+	list, err := queryAll(ctx, db.r, scanListed, query+order+` LIMIT ?`, append(args, f.Limit)...)
+	if f.After != nil {
+		slices.Reverse(list)
+	}
+	return list, err
+}
+
+// CountsUpTo counts the attempts in each status, each up to most, each
+// along its part of payment_attempts_status_updated.
+func (db *DB) CountsUpTo(ctx context.Context, most int) (map[payment.Status]int, error) {
+	counts := map[payment.Status]int{}
+	for _, st := range []payment.Status{payment.InProgress, payment.Succeeded, payment.Failed, payment.Queued, payment.Expired} {
+		var n int
+		if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM payment_attempts WHERE status = ? LIMIT ?)`, st, most).Scan(&n); err != nil {
+			return nil, mapErr(err)
+		}
+		if n > 0 {
+			counts[st] = n
+		}
+	}
+	return counts, nil
 }
 
 // AttemptByPaymentID returns the attempt with payment id id, in any scope.

@@ -287,9 +287,12 @@ func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, erro
 		if n, err = res.RowsAffected(); err != nil || n == 0 {
 			return err
 		}
-		return tx.QueryRowContext(ctx, `INSERT INTO settings (name, value) VALUES ('purge_version', '1')
+		if err := tx.QueryRowContext(ctx, `INSERT INTO settings (name, value) VALUES ('purge_version', '1')
 			ON CONFLICT (name) DO UPDATE SET value = CAST(value AS INTEGER) + 1
-			RETURNING CAST(value AS INTEGER)`).Scan(&version)
+			RETURNING CAST(value AS INTEGER)`).Scan(&version); err != nil {
+			return err
+		}
+		return freePages(ctx, tx)
 	})
 	if n > 0 && err == nil {
 		db.answers.Clear(version)

@@ -44,6 +44,10 @@ type Options struct {
 	// before it reaches the database file (package replica) checkpoints
 	// instead, after it has copied them.
 	NoCheckpoint bool
+	// Driver is the database/sql driver name the store opens the file with.
+	// Default "sqlite" (modernc.org/sqlite); a test wraps it to see every
+	// statement the store runs.
+	Driver string
 }
 
 // DB is oncepay's SQLite database: one writer connection fed by a group
@@ -51,7 +55,9 @@ type Options struct {
 type DB struct {
 	w, r   *sql.DB
 	writer *groupcommit.Writer // the only writer on w
-	dsn    string              // the writer's, for Backup
+	dsn    string              // the writer's, for Backup and Vacuum
+	path   string              // the file
+	driver string              // Options.Driver
 	stmt   statements
 	keys   *keyView // the live API keys, so a request reads no table to authenticate
 	// answers are the final answers replays were given, so a replay reads
@@ -70,6 +76,9 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Driver == "" {
+		opts.Driver = "sqlite"
+	}
 	// The file holds payments and API key hashes: readable by its owner only.
 	if err := private.SQLite(path); err != nil {
 		return nil, err
@@ -78,6 +87,9 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	// synchronous=FULL: a claim or a record, once answered, survives power loss.
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	// auto_vacuum before WAL: a new file can take it only until then (on
+	// an older one it waits for a VACUUM: sqlitestore/vacuum.go).
+	q.Add("_pragma", "auto_vacuum(INCREMENTAL)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Set("_txlock", "immediate")
@@ -86,7 +98,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		// The writer's alone: the readers never commit, so never checkpoint.
 		wq += "&_pragma=wal_autocheckpoint%280%29"
 	}
-	w, err := sql.Open("sqlite", path+"?"+wq)
+	w, err := sql.Open(opts.Driver, path+"?"+wq)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +115,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	}
 
 	q.Add("_pragma", "query_only(1)")
-	r, err := sql.Open("sqlite", path+"?"+q.Encode())
+	r, err := sql.Open(opts.Driver, path+"?"+q.Encode())
 	if err != nil {
 		w.Close()
 		return nil, err
@@ -118,7 +130,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		r.Close()
 		return nil, err
 	}
-	db := &DB{w: w, r: r, dsn: path + "?" + wq, stmt: stmt, keys: &keyView{now: opts.Now},
+	db := &DB{w: w, r: r, dsn: path + "?" + wq, path: path, driver: opts.Driver, stmt: stmt, keys: &keyView{now: opts.Now},
 		writer: groupcommit.New(w, groupcommit.Options{MaxBatch: opts.MaxBatch, MaxWait: opts.MaxWait})}
 	if opts.ReplayCacheBytes == 0 {
 		opts.ReplayCacheBytes = replaycache.DefaultBytes
@@ -202,7 +214,7 @@ func (db *DB) Backup(ctx context.Context, path string) error {
 		return err
 	}
 	f.Close()
-	c, err := sql.Open("sqlite", db.dsn)
+	c, err := sql.Open(db.driver, db.dsn)
 	if err != nil {
 		return err
 	}

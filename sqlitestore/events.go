@@ -132,8 +132,18 @@ func scanEvent(row scanner) (*payment.InboxEvent, error) {
 // updated before before. An event still to be applied (received,
 // processing, failed) is never deleted: its sender or an operator needs it.
 func (db *DB) PurgeEvents(ctx context.Context, before time.Time, limit int) (int, error) {
-	n, err := db.update(ctx, `DELETE FROM webhook_events WHERE rowid IN (
-		SELECT rowid FROM webhook_events
-		WHERE state IN ('processed', 'ignored') AND updated_at < ? LIMIT ?)`, ms(before), limit)
+	var n int64
+	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM webhook_events WHERE rowid IN (
+			SELECT rowid FROM webhook_events
+			WHERE state IN ('processed', 'ignored') AND updated_at < ? LIMIT ?)`, ms(before), limit)
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		if err != nil {
+			return err
+		}
+		return freePages(ctx, tx)
+	})
 	return int(n), err
 }

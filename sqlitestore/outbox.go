@@ -91,10 +91,14 @@ func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int
 				return err
 			}
 		}
+		edge, err := outboxEdge(ctx, tx, ms(before))
+		if err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_events SELECT rowid, id FROM events ev
-			WHERE created_at < ?
+			WHERE rowid < ? AND created_at < ?
 			  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = ev.id AND d.state = 'pending')
-			ORDER BY rowid LIMIT ?`, ms(before), limit); err != nil {
+			ORDER BY rowid LIMIT ?`, edge, ms(before), limit); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM deliveries WHERE event_id IN (SELECT id FROM purged_events)`); err != nil {
@@ -104,7 +108,47 @@ func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int
 		if err == nil {
 			n, err = res.RowsAffected()
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return freePages(ctx, tx)
 	})
 	return int(n), err
+}
+
+// outboxEdge is the rowid below which every event was made before before:
+// the table is in time order (rows are appended as events are made), so
+// it bisects the rowids, a lookup each, rather than reading from the
+// oldest row on until the first young one, which, with nothing left to
+// purge, is the whole table.
+func outboxEdge(ctx context.Context, tx *sql.Tx, before int64) (int64, error) {
+	return timeEdge(ctx, tx, "events", before)
+}
+
+// timeEdge is the rowid below which every row of table (whose rows are
+// appended in the order of their created_at) was made before before, found
+// by bisecting the rowids: a lookup each.
+func timeEdge(ctx context.Context, tx *sql.Tx, table string, before int64) (int64, error) {
+	var lo, hi sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT min(rowid) FROM `+table).Scan(&lo); err != nil {
+		return 0, err
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT max(rowid) FROM `+table).Scan(&hi); err != nil || !hi.Valid {
+		return 0, err
+	}
+	// Every row below l is old; no row at or above h is.
+	l, h := lo.Int64, hi.Int64+1
+	for l < h {
+		m := l + (h-l)/2
+		var rid, created int64
+		if err := tx.QueryRowContext(ctx, `SELECT rowid, created_at FROM `+table+` WHERE rowid >= ? ORDER BY rowid LIMIT 1`, m).Scan(&rid, &created); err != nil {
+			return 0, err
+		}
+		if created < before {
+			l = rid + 1
+		} else {
+			h = m // no row between m and rid, which is young
+		}
+	}
+	return l, nil
 }

@@ -178,17 +178,23 @@ func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (i
 	var n int64
 	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		const victims = `SELECT p.id FROM payments p
-			WHERE p.status IN ('succeeded', 'failed', 'expired') AND p.updated_at < ? AND p.amount_reserved = 0
+			WHERE p.rowid < ? AND p.status IN ('succeeded', 'failed', 'expired') AND p.updated_at < ? AND p.amount_reserved = 0
 			  AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = p.id)
 			  AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id AND r.status = 'in_progress')
-			LIMIT ?`
+			ORDER BY p.rowid LIMIT ?`
 		if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS purged_payments (id TEXT PRIMARY KEY)`); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM purged_payments`); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_payments `+victims, ms(before), limit); err != nil {
+		// Rows are appended as payments are made: the old ones are below
+		// the edge, and a batch reads from the oldest up, never the rest.
+		edge, err := timeEdge(ctx, tx, "payments", ms(before))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_payments `+victims, edge, ms(before), limit); err != nil {
 			return err
 		}
 		// Their keys are forgotten with them: a retry of one is a new payment.
@@ -202,8 +208,10 @@ func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (i
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
-		return err
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return freePages(ctx, tx)
 	})
 	return int(n), err
 }

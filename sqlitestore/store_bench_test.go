@@ -308,3 +308,51 @@ func BenchmarkRawClaimRecord(b *testing.B) {
 func reportRate(b *testing.B, unit string) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
 }
+
+// BenchmarkStatusIndexCost is what an index of (status, created_at) would
+// cost a new payment (for the admin list's status filter to page by
+// creation time; it pages by the last change instead, along the index of
+// (status, updated_at) that exists): payments on a store with it and on
+// one without it, in alternating rounds as in BenchmarkEventCost, with
+// each one's rate and CPU per payment and the ratios.
+func BenchmarkStatusIndexCost(b *testing.B) {
+	const round = 512
+	dbs := [2]*DB{MustOpen(b, Options{}), MustOpen(b, Options{})} // [without, with]
+	if _, err := dbs[1].w.Exec(`CREATE INDEX payment_attempts_status_created ON payment_attempts (status, created_at)`); err != nil {
+		b.Fatal(err)
+	}
+	var wall, cpu [2]time.Duration
+	var n [2]int
+	run := func(i, count int) {
+		var next atomic.Int64
+		start, cpu0 := time.Now(), cpuTime(b)
+		var wg sync.WaitGroup
+		for range 2 * benchParallelism {
+			wg.Go(func() {
+				for next.Add(1) <= int64(count) {
+					if err := claimRecord(dbs[i], newAttempt(nextKey(), time.Now(), time.Minute)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		wall[i] += time.Since(start)
+		cpu[i] += cpuTime(b) - cpu0
+		n[i] += count
+	}
+	for done, r := 0, 0; done < b.N; done, r = done+round, r+1 {
+		count := min(round, b.N-done)
+		run(r%2, count)
+		run(1-r%2, count)
+	}
+	rate := func(i int) float64 { return float64(n[i]) / wall[i].Seconds() }
+	perOp := func(i int) float64 { return float64(cpu[i].Microseconds()) / float64(n[i]) }
+	b.ReportMetric(rate(0), "without-payments/s")
+	b.ReportMetric(rate(1), "with-payments/s")
+	b.ReportMetric(rate(1)/rate(0), "rate-ratio")
+	b.ReportMetric(perOp(0), "without-cpu-µs/op")
+	b.ReportMetric(perOp(1), "with-cpu-µs/op")
+	b.ReportMetric(perOp(1)/perOp(0), "cpu-ratio")
+}

@@ -26,6 +26,8 @@ type Options struct {
 	Now    func() time.Time // default time.Now
 	Lease  time.Duration    // default 30s
 	Store  sqlitestore.Options
+	// PGStore are the options of the PostgreSQL store, with Postgres.
+	PGStore pgstore.Options
 	// Postgres, if set, is the URL of the PostgreSQL database to use instead
 	// of SQLite (pgtest.URL makes one); Store is then ignored.
 	Postgres string
@@ -64,7 +66,7 @@ func Open(tb testing.TB, o Options) *Env {
 		err error
 	)
 	if o.Postgres != "" {
-		db, err = pgstore.Open(context.Background(), o.Postgres, pgstore.Options{})
+		db, err = pgstore.Open(context.Background(), o.Postgres, o.PGStore)
 	} else {
 		db, err = sqlitestore.Open(context.Background(), filepath.Join(o.Dir, "oncepay.db"), Schema(tb), o.Store)
 	}

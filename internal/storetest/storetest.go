@@ -483,8 +483,9 @@ func testMerchantsAndKeys(t *testing.T, h Harness) {
 }
 
 // The admin page's reads: every merchant's attempts newest first with the
-// merchant's name, filtered by status or by a key prefix, payment id or
-// charge id; counts by status; an attempt by payment id in any scope.
+// merchant's name, a page at a time from a cursor, filtered by status or
+// by a whole key or a payment id; counts by status, whole or up to a cap;
+// an attempt by payment id in any scope.
 func testAdmin(t *testing.T, h Harness) {
 	ctx, db := context.Background(), h.Store
 	m, err := db.CreateMerchant(ctx, "Shop", t0)
@@ -527,13 +528,20 @@ func testAdmin(t *testing.T, h Harness) {
 	}{
 		{payment.AttemptFilter{}, "pay_3/Shop pay_2/Shop pay_1/Shop pay_9/s pay_0/Shop"},
 		{payment.AttemptFilter{Status: payment.Succeeded}, "pay_1/Shop"},
-		{payment.AttemptFilter{Search: "order-"}, "pay_3/Shop pay_1/Shop pay_9/s pay_0/Shop"},
-		{payment.AttemptFilter{Search: "order-1"}, "pay_9/s pay_0/Shop"},
+		// A key is searched whole, in every merchant's keys (and demo's):
+		// scope "s" has no merchant. Neither a prefix nor a charge id is
+		// searched: no index would serve them.
+		{payment.AttemptFilter{Search: "order-1"}, "pay_0/Shop"},
+		{payment.AttemptFilter{Search: "order-"}, ""},
 		{payment.AttemptFilter{Search: "pay_2"}, "pay_2/Shop"},
-		{payment.AttemptFilter{Search: "ch_two"}, "pay_1/Shop"},
-		{payment.AttemptFilter{Search: "order-", Status: payment.InProgress}, "pay_3/Shop pay_9/s pay_0/Shop"},
-		{payment.AttemptFilter{Search: "ORDER-"}, ""},
-		{payment.AttemptFilter{Limit: 2, Offset: 1}, "pay_2/Shop pay_1/Shop"},
+		{payment.AttemptFilter{Search: "pay_9"}, "pay_9/s"},
+		{payment.AttemptFilter{Search: "ch_two"}, ""},
+		{payment.AttemptFilter{Search: "order-4", Status: payment.InProgress}, "pay_3/Shop"},
+		{payment.AttemptFilter{Search: "order-2", Status: payment.InProgress}, ""},
+		{payment.AttemptFilter{Search: "ORDER-1"}, ""},
+		{payment.AttemptFilter{Limit: 2, Before: &payment.AttemptCursor{At: t0.Add(3 * time.Second), ID: "pay_3"}}, "pay_2/Shop pay_1/Shop"},
+		{payment.AttemptFilter{Limit: 2, After: &payment.AttemptCursor{At: t0, ID: "pay_0"}}, "pay_1/Shop pay_9/s"},
+		{payment.AttemptFilter{Status: payment.InProgress, Before: &payment.AttemptCursor{At: t0.Add(3 * time.Second), ID: "pay_3"}}, "pay_2/Shop pay_9/s pay_0/Shop"},
 	} {
 		if got := list(tt.f); got != tt.want {
 			t.Errorf("ListAttempts(%+v) = %q, want %q", tt.f, got, tt.want)
@@ -545,6 +553,9 @@ func testAdmin(t *testing.T, h Harness) {
 	}
 	if counts[payment.InProgress] != 4 || counts[payment.Succeeded] != 1 || counts[payment.Failed] != 0 {
 		t.Errorf("Counts = %v, want 4 in progress, 1 succeeded", counts)
+	}
+	if counts, err := db.CountsUpTo(ctx, 2); err != nil || len(counts) != 2 || counts[payment.InProgress] != 2 || counts[payment.Succeeded] != 1 {
+		t.Errorf("CountsUpTo(2) = %v, %v, want 2 in progress (of 4), 1 succeeded", counts, err)
 	}
 	l, err := db.AttemptByPaymentID(ctx, ids[1])
 	if err != nil || l.Key != "order-2" || l.Merchant != "Shop" || l.ChargeID != "ch_two" {
@@ -590,12 +601,46 @@ func testAdminNewestFirst(t *testing.T, h Harness) {
 	if got := list(payment.AttemptFilter{Limit: 50}); !slices.Equal(got, want) {
 		t.Errorf("ListAttempts = %v, want %v", got, want)
 	}
-	var paged []string
-	for offset := 0; offset < len(want)+2; offset += 2 {
-		paged = append(paged, list(payment.AttemptFilter{Limit: 2, Offset: offset})...)
+	// Two at a time from each page's last row, then back from the oldest.
+	var paged, back []string
+	for f := (payment.AttemptFilter{Limit: 2}); ; {
+		got, err := db.ListAttempts(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 || len(paged) > len(want) {
+			break
+		}
+		for _, l := range got {
+			paged = append(paged, l.ID)
+		}
+		c := payment.CursorOf(got[len(got)-1].Attempt, f)
+		f.Before = &c
 	}
 	if !slices.Equal(paged, want) {
 		t.Errorf("ListAttempts two at a time = %v, want %v", paged, want)
+	}
+	oldest, err := db.AttemptByPaymentID(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f := (payment.AttemptFilter{Limit: 2, After: &payment.AttemptCursor{At: oldest.CreatedAt, ID: oldest.ID}}); ; {
+		got, err := db.ListAttempts(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 || len(back) > len(want) {
+			break
+		}
+		for i := range got { // each page newest first, the pages newest last
+			back = append(back, got[len(got)-1-i].ID)
+		}
+		c := payment.CursorOf(got[0].Attempt, f)
+		f.After = &c
+	}
+	slices.Reverse(back)
+	if !slices.Equal(back, want[:len(want)-1]) {
+		t.Errorf("ListAttempts two at a time back from the oldest = %v, want %v", back, want[:len(want)-1])
 	}
 	if got, want := list(payment.AttemptFilter{Status: payment.InProgress, Limit: 50}), want[:len(want)-1]; !slices.Equal(got, want) {
 		t.Errorf("ListAttempts in progress = %v, want %v", got, want)

@@ -1,0 +1,78 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"os"
+)
+
+// A file made by this store has auto_vacuum=INCREMENTAL: each purge batch
+// hands the pages it freed back to the file system (incremental_vacuum in
+// its own transaction), so a file shrinks when its keys and payments are
+// purged. An older file has auto_vacuum=NONE: freed pages are reused but
+// the file never shrinks. Turning it on takes a VACUUM, which rewrites the
+// whole file and holds the writer while it does (BENCHMARKS.md: about a
+// minute per GB on a small machine), so Open never does it on its own: a
+// start would hang for as long with no word why. The operator runs
+// "oncepay vacuum" (Vacuum) when a pause of writes is acceptable, and
+// serve says so at every start until then (AutoVacuum).
+
+// autoVacuumIncremental is PRAGMA auto_vacuum's value for INCREMENTAL.
+const autoVacuumIncremental = 2
+
+// Incremental reports whether the file gives the pages purges free back to
+// the file system (auto_vacuum=INCREMENTAL). A file made before it was the
+// default does not until Vacuum is run once.
+func (db *DB) Incremental(ctx context.Context) (bool, error) {
+	var mode int
+	err := db.r.QueryRowContext(ctx, `PRAGMA auto_vacuum`).Scan(&mode)
+	return mode == autoVacuumIncremental, mapErr(err)
+}
+
+// Vacuum turns auto_vacuum=INCREMENTAL on and rewrites the file (VACUUM),
+// which also drops every free page: what an older file needs once to
+// shrink with its purges. It holds the writer (this process's and every
+// other's) until it is done, and needs free disk space of about the
+// file's size. It returns the file's size before and after.
+func (db *DB) Vacuum(ctx context.Context) (before, after int64, err error) {
+	path := db.path
+	before = fileSize(path)
+	// Its own connection: VACUUM runs in no transaction, and the writer's
+	// connection is the group commit's.
+	c, err := sql.Open(db.driver, db.dsn)
+	if err != nil {
+		return before, 0, err
+	}
+	defer c.Close()
+	c.SetMaxOpenConns(1)
+	// The connection's DSN sets auto_vacuum=INCREMENTAL first, which
+	// VACUUM makes the file's.
+	for _, stmt := range []string{`VACUUM`, `PRAGMA wal_checkpoint(TRUNCATE)`} {
+		if _, err := c.ExecContext(ctx, stmt); err != nil {
+			return before, 0, mapErr(err)
+		}
+	}
+	return before, fileSize(path), nil
+}
+
+// freePages gives the pages on the free list back to the file system, in
+// the purge batch's own transaction: nothing on a file whose auto_vacuum
+// is not INCREMENTAL.
+func freePages(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, `PRAGMA incremental_vacuum`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+	}
+	rows.Close()
+	return rows.Err()
+}
+
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
