@@ -64,14 +64,21 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	return nil
 }
 
+// benchFiles is this very binary, to run as the server, and a new
+// temporary directory for its files ($TMPDIR: put it on the disk to
+// measure), which the caller removes.
+func benchFiles() (exe, dir string, err error) {
+	if exe, err = os.Executable(); err != nil {
+		return "", "", err
+	}
+	dir, err = os.MkdirTemp("", "oncepay-bench-")
+	return exe, dir, err
+}
+
 // benchCompare runs loadtest.Compare with this very binary as the server,
 // on files in a temporary directory ($TMPDIR: put it on the disk to measure).
 func benchCompare(ctx context.Context, cfg loadtest.Config, stdout io.Writer) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "oncepay-bench-")
+	exe, dir, err := benchFiles()
 	if err != nil {
 		return err
 	}
@@ -91,11 +98,7 @@ func benchCompare(ctx context.Context, cfg loadtest.Config, stdout io.Writer) er
 // benchDeliveries runs loadtest.Deliveries with this very binary as the
 // server, on files in a temporary directory.
 func benchDeliveries(ctx context.Context, cfg loadtest.Config, serve []string, stdout io.Writer) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "oncepay-bench-")
+	exe, dir, err := benchFiles()
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/oncepay/oncepay/internal/pgtest"
 	"github.com/oncepay/oncepay/payment"
@@ -52,28 +50,7 @@ func testFillServes(t *testing.T, db string, open func(context.Context, string) 
 		t.Fatalf("bench fill printed %d keys, want 2", len(secrets))
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	token := strings.Repeat("t", 32)
-	go func() {
-		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--db", db, "--sim-db", filepath.Join(t.TempDir(), "sim.db"),
-			"--admin-token", token}, env(nil), io.Discard, pw)
-		pw.Close()
-	}()
-	var url string
-	sc := bufio.NewScanner(pr)
-	for sc.Scan() {
-		if i := strings.Index(sc.Text(), `"url":"`); i >= 0 && strings.Contains(sc.Text(), "listening") {
-			url = strings.SplitN(sc.Text()[i+7:], `"`, 2)[0]
-			break
-		}
-	}
-	if url == "" {
-		t.Fatalf("serve did not listen: %v", <-done)
-	}
-	go io.Copy(io.Discard, pr)
+	url, token, stop := serveInProcess(t, db)
 	do := func(method, path, auth, key string, body []byte) (int, []byte, http.Header) {
 		t.Helper()
 		req, _ := http.NewRequest(method, url+path, strings.NewReader(string(body)))
@@ -164,15 +141,7 @@ func testFillServes(t *testing.T, db string, open func(context.Context, string) 
 	if status, body, _ := do("GET", "/v1/attempts?status=succeeded", token, "", nil); status != 200 || !strings.Contains(string(body), "fill-") {
 		t.Errorf("GET /v1/attempts = %d %.200s, want filled attempts", status, body)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run = %v, want nil after shutdown", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not stop")
-	}
+	stop()
 	// The records past the retention, and no other, are the purge's.
 	out = runOK(t, "purge", "--db", db)
 	if !strings.Contains(out, "deleted "+strconv.Itoa(unpurged+unpurged/10)+" final attempts") {

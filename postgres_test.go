@@ -236,28 +236,7 @@ func TestCopyToPostgres(t *testing.T) {
 func TestServeOnPostgres(t *testing.T) {
 	db := pgtest.URL(t)
 	secret := lastLine(runOK(t, "apikey", "create", "Shop", "--db", db))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	token := strings.Repeat("t", 32)
-	go func() {
-		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--db", db, "--sim-db", filepath.Join(t.TempDir(), "sim.db"),
-			"--admin-token", token}, env(nil), io.Discard, pw)
-		pw.Close()
-	}()
-	var url string
-	sc := bufio.NewScanner(pr)
-	for sc.Scan() {
-		if i := strings.Index(sc.Text(), `"url":"`); i >= 0 && strings.Contains(sc.Text(), "listening") {
-			url = strings.SplitN(sc.Text()[i+7:], `"`, 2)[0]
-			break
-		}
-	}
-	if url == "" {
-		t.Fatalf("serve did not listen: %v", <-done)
-	}
-	go io.Copy(io.Discard, pr)
+	url, token, stop := serveInProcess(t, db)
 	pay := func() (int, string, string) {
 		req, _ := http.NewRequest("POST", url+"/v1/payments", strings.NewReader(`{"amount":1000,"currency":"EUR","source":"tok_visa"}`))
 		req.Header.Set("Idempotency-Key", "pg-1")
@@ -293,13 +272,45 @@ func TestServeOnPostgres(t *testing.T) {
 	if a := get("/v1/attempts"); !strings.Contains(a, "pg-1") {
 		t.Errorf("GET /v1/attempts = %.200s, want the payment", a)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run = %v, want nil after shutdown", err)
+	stop()
+}
+
+// serveInProcess runs "oncepay serve" on db in this process, on a port of
+// its own, with an admin token; stop shuts it down and checks it stopped
+// cleanly.
+func serveInProcess(t *testing.T, db string) (url, adminToken string, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	adminToken = strings.Repeat("t", 32)
+	go func() {
+		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--db", db, "--sim-db", filepath.Join(t.TempDir(), "sim.db"),
+			"--admin-token", adminToken}, env(nil), io.Discard, pw)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		if i := strings.Index(sc.Text(), `"url":"`); i >= 0 && strings.Contains(sc.Text(), "listening") {
+			url = strings.SplitN(sc.Text()[i+7:], `"`, 2)[0]
+			break
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not stop")
+	}
+	if url == "" {
+		t.Fatalf("serve did not listen: %v", <-done)
+	}
+	go io.Copy(io.Discard, pr)
+	return url, adminToken, func() {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run = %v, want nil after shutdown", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("serve did not stop")
+		}
 	}
 }

@@ -70,15 +70,23 @@ func count(t *testing.T, db *sqlitestore.DB) int {
 // syncing every 20 ms into a directory.
 func replicate(t *testing.T, dir string) (*sqlitestore.DB, *replica.Replicator, string) {
 	t.Helper()
+	url := "file://" + filepath.Join(dir, "replica")
+	db, rep := replicateTo(t, dir, url)
+	return db, rep, url
+}
+
+// replicateTo opens a store in dir that does not checkpoint, with a
+// replicator syncing every 20 ms to url.
+func replicateTo(t *testing.T, dir, url string) (*sqlitestore.DB, *replica.Replicator) {
+	t.Helper()
 	path := filepath.Join(dir, "oncepay.db")
 	db := openStore(t, path, sqlitestore.Options{NoCheckpoint: true})
-	url := "file://" + filepath.Join(dir, "replica")
 	rep, err := replica.Start(path, replica.Config{URL: url, SyncInterval: 20 * time.Millisecond, Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rep.Close(context.Background()) })
-	return db, rep, url
+	return db, rep
 }
 
 // oncepay's own writer (group commit, one connection) under concurrent

@@ -25,16 +25,8 @@ func TestS3Replica(t *testing.T) {
 	s3 := httptest.NewServer(gofakes3.New(mem).Server())
 	t.Cleanup(s3.Close)
 	useS3(t, s3.URL)
-
-	dir := t.TempDir()
-	path := filepath.Join(dir, "oncepay.db")
-	db := openStore(t, path, sqlitestore.Options{NoCheckpoint: true})
-	url := "s3://oncepay-test/shop-1"
-	rep, err := replica.Start(path, replica.Config{URL: url, SyncInterval: 20 * time.Millisecond, Log: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rep.Close(t.Context()) })
+	dir, url := t.TempDir(), "s3://oncepay-test/shop-1"
+	db, rep := replicateTo(t, dir, url)
 	claim(t, db, "a", 500, 4)
 	if err := rep.Sync(t.Context()); err != nil {
 		t.Fatal(err)
@@ -84,16 +76,8 @@ func TestS3ServerRestartedMidReplication(t *testing.T) {
 	}
 	srv := serve(ln)
 	useS3(t, "http://"+addr)
-
-	dir := t.TempDir()
-	path := filepath.Join(dir, "oncepay.db")
-	db := openStore(t, path, sqlitestore.Options{NoCheckpoint: true})
-	url := "s3://oncepay-test/shop-1"
-	rep, err := replica.Start(path, replica.Config{URL: url, SyncInterval: 20 * time.Millisecond, Log: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rep.Close(context.Background()) })
+	dir, url := t.TempDir(), "s3://oncepay-test/shop-1"
+	db, rep := replicateTo(t, dir, url)
 	claim(t, db, "before", 300, 4)
 	if err := rep.Sync(t.Context()); err != nil {
 		t.Fatal(err)
