@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"runtime"
@@ -79,21 +80,32 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	if opts.Driver == "" {
 		opts.Driver = "sqlite"
 	}
+	fi, err := os.Stat(path)
+	fresh := errors.Is(err, fs.ErrNotExist) || err == nil && fi.Size() == 0
 	// The file holds payments and API key hashes: readable by its owner only.
 	if err := private.SQLite(path); err != nil {
 		return nil, err
 	}
 	// busy_timeout first, so the other pragmas wait for a lock too.
 	// synchronous=FULL: a claim or a record, once answered, survives power loss.
-	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
-	// auto_vacuum before WAL: a new file can take it only until then (on
-	// an older one it waits for a VACUUM: sqlitestore/vacuum.go).
-	q.Add("_pragma", "auto_vacuum(INCREMENTAL)")
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(FULL)")
-	q.Set("_txlock", "immediate")
-	wq := q.Encode()
+	pragmas := func(autoVacuum bool) url.Values {
+		q := url.Values{}
+		q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+		if autoVacuum {
+			// Before WAL: a new file takes it only until then (an older one
+			// waits for a VACUUM: sqlitestore/vacuum.go). Only the writer of
+			// a new file sets it: setting it writes the file's header even
+			// where it holds already, and a connection whose commit finds
+			// the WAL past its threshold checkpoints it, behind a
+			// replicator's back.
+			q.Add("_pragma", "auto_vacuum(INCREMENTAL)")
+		}
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous(FULL)")
+		q.Set("_txlock", "immediate")
+		return q
+	}
+	wq := pragmas(fresh).Encode()
 	if opts.NoCheckpoint {
 		// The writer's alone: the readers never commit, so never checkpoint.
 		wq += "&_pragma=wal_autocheckpoint%280%29"
@@ -114,6 +126,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("apply schema to %s: %w", path, err)
 	}
 
+	q := pragmas(false)
 	q.Add("_pragma", "query_only(1)")
 	r, err := sql.Open(opts.Driver, path+"?"+q.Encode())
 	if err != nil {

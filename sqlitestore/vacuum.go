@@ -45,9 +45,8 @@ func (db *DB) Vacuum(ctx context.Context) (before, after int64, err error) {
 	}
 	defer c.Close()
 	c.SetMaxOpenConns(1)
-	// The connection's DSN sets auto_vacuum=INCREMENTAL first, which
-	// VACUUM makes the file's.
-	for _, stmt := range []string{`VACUUM`, `PRAGMA wal_checkpoint(TRUNCATE)`} {
+	// VACUUM makes the auto_vacuum set just before it the file's.
+	for _, stmt := range []string{`PRAGMA auto_vacuum = INCREMENTAL`, `VACUUM`, `PRAGMA wal_checkpoint(TRUNCATE)`} {
 		if _, err := c.ExecContext(ctx, stmt); err != nil {
 			return before, 0, mapErr(err)
 		}
