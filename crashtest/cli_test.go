@@ -33,7 +33,7 @@ func reconcile(t *testing.T, db, simURL string, tm timing) reconciled {
 	return r
 }
 
-var purged = regexp.MustCompile(`\Apurge: deleted (\d+) final attempts last updated before \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n\z`)
+var purged = regexp.MustCompile(`\Apurge: deleted (\d+) final attempts last updated before \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ( \(\d+ batches, the longest [0-9.]+(ns|µs|ms|s)\))?\n\z`)
 
 // "oncepay reconcile" and "oncepay purge" each run one pass and print one
 // line saying what they did: purge never touches an attempt in progress,
