@@ -60,13 +60,7 @@ func lastLine(out string) string {
 // pendingDeliveries counts the deliveries db still owes.
 func pendingDeliveries(t *testing.T, db string) int {
 	t.Helper()
-	d := openReadOnly(t, db)
-	defer d.Close()
-	var n int
-	if err := d.QueryRow(`SELECT count(*) FROM deliveries WHERE state = 'pending'`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return countRows(t, db, `SELECT count(*) FROM deliveries WHERE state = 'pending'`)
 }
 
 // SIGKILL at each crash point of a delivery, again and again, restarting

@@ -373,13 +373,7 @@ func sendOrAbandon(t *testing.T, c *http.Client, base string, m merchant, in *in
 // inProgress counts the attempts db holds in progress.
 func inProgress(t *testing.T, db string) int {
 	t.Helper()
-	d := openReadOnly(t, db)
-	defer d.Close()
-	var n int
-	if err := d.QueryRow(`SELECT count(*) FROM payment_attempts WHERE status = 'in_progress'`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return countRows(t, db, `SELECT count(*) FROM payment_attempts WHERE status = 'in_progress'`)
 }
 
 // deliveryStates counts db's deliveries by state.

@@ -404,16 +404,23 @@ func died(c *child, done func() bool) bool {
 	}
 }
 
-// pendingForwards counts the forward queue's rows in db.
-func pendingForwards(t *testing.T, db string) int {
+// countRows is what query, a count, finds in db, read on a connection of
+// its own.
+func countRows(t *testing.T, db, query string) int {
 	t.Helper()
 	d := openReadOnly(t, db)
 	defer d.Close()
 	var n int
-	if err := d.QueryRow(`SELECT count(*) FROM forward_queue`).Scan(&n); err != nil {
+	if err := d.QueryRow(query).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// pendingForwards counts the forward queue's rows in db.
+func pendingForwards(t *testing.T, db string) int {
+	t.Helper()
+	return countRows(t, db, `SELECT count(*) FROM forward_queue`)
 }
 
 // "oncepay forward" is one forward pass from the command line, as a timer

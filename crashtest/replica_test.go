@@ -1,7 +1,6 @@
 package crashtest
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/loadtest"
 	"github.com/oncepay/oncepay/payment"
 )
 
@@ -83,24 +82,7 @@ func (l *replicaLoad) end() []*intent {
 
 // scrape reads one gauge or counter from srv's /metrics; -1 if it cannot.
 func scrape(c *http.Client, base, name string) float64 {
-	req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := c.Do(req)
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return -1
-			}
-			return f
-		}
-	}
-	return -1
+	return loadtest.Scrape(c, base, adminToken, name)
 }
 
 // adminPage is srv's admin page, as its operator reads it.

@@ -159,7 +159,7 @@ func Deliveries(ctx context.Context, cfg DeliveryConfig) (*DeliveryResult, error
 	load.Stopped = func() {
 		n, _, _ := recv.count()
 		res.InWindow = n - startCount
-		res.Backlog = scrapeGauge(srv.URL, token, "oncepay_deliveries_pending")
+		res.Backlog = Scrape(http.DefaultClient, srv.URL, token, "oncepay_deliveries_pending")
 	}
 	if res.Report, err = Run(ctx, load); err != nil {
 		return nil, err
@@ -167,7 +167,7 @@ func Deliveries(ctx context.Context, cfg DeliveryConfig) (*DeliveryResult, error
 	stopped := time.Now()
 	res.Events = res.Statuses[http.StatusCreated]
 	for deadline := stopped.Add(5 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if scrapeGauge(srv.URL, token, "oncepay_deliveries_pending") == 0 {
+		if Scrape(http.DefaultClient, srv.URL, token, "oncepay_deliveries_pending") == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -230,11 +230,12 @@ func startServe(ctx context.Context, exe, logPath, url string, env []string, arg
 	return nil, fmt.Errorf("serve did not answer /healthz; see %s", logPath)
 }
 
-// scrapeGauge reads one series from url's /metrics; -1 if it cannot.
-func scrapeGauge(url, token, name string) float64 {
+// Scrape reads one series from url's /metrics, asked with the admin
+// token; -1 if it cannot.
+func Scrape(c *http.Client, url, token, name string) float64 {
 	req, _ := http.NewRequest(http.MethodGet, url+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return -1
 	}
