@@ -108,22 +108,26 @@ func claimRecord(db *DB, a *payment.Attempt) error { return claimRecordEvent(db,
 // alternates too), so that whatever else the machine does slows both
 // alike. It reports each one's rate and CPU per payment, and the ratios.
 func BenchmarkEventCost(b *testing.B) {
-	const round = 512
 	db := MustOpen(b, Options{})
-	var wall, cpu [2]time.Duration // [without, with]
+	benchPair(b, [2]string{"no-event", "event"}, func(i int, a *payment.Attempt) error { return claimRecordEvent(db, a, i == 1) })
+}
+
+// benchPair runs b.N payments, pay(i, a) for i 0 and 1 in alternating
+// rounds (which goes first alternates too), so that whatever else the
+// machine does slows both alike; it reports each one's rate and CPU per
+// payment under names[i], and the ratios of the second to the first.
+func benchPair(b *testing.B, names [2]string, pay func(i int, a *payment.Attempt) error) {
+	const round = 512
+	var wall, cpu [2]time.Duration
 	var n [2]int
-	run := func(event bool, count int) {
-		i := 0
-		if event {
-			i = 1
-		}
+	run := func(i, count int) {
 		var next atomic.Int64
 		start, cpu0 := time.Now(), cpuTime(b)
 		var wg sync.WaitGroup
 		for range 2 * benchParallelism {
 			wg.Go(func() {
 				for next.Add(1) <= int64(count) {
-					if err := claimRecordEvent(db, newAttempt(nextKey(), time.Now(), time.Minute), event); err != nil {
+					if err := pay(i, newAttempt(nextKey(), time.Now(), time.Minute)); err != nil {
 						b.Error(err)
 						return
 					}
@@ -137,17 +141,16 @@ func BenchmarkEventCost(b *testing.B) {
 	}
 	for done, r := 0, 0; done < b.N; done, r = done+round, r+1 {
 		count := min(round, b.N-done)
-		first := r%2 == 0
-		run(first, count)
-		run(!first, count)
+		run(r%2, count)
+		run(1-r%2, count)
 	}
 	rate := func(i int) float64 { return float64(n[i]) / wall[i].Seconds() }
 	perOp := func(i int) float64 { return float64(cpu[i].Microseconds()) / float64(n[i]) }
-	b.ReportMetric(rate(0), "no-event-payments/s")
-	b.ReportMetric(rate(1), "event-payments/s")
+	b.ReportMetric(rate(0), names[0]+"-payments/s")
+	b.ReportMetric(rate(1), names[1]+"-payments/s")
 	b.ReportMetric(rate(1)/rate(0), "rate-ratio")
-	b.ReportMetric(perOp(0), "no-event-cpu-µs/op")
-	b.ReportMetric(perOp(1), "event-cpu-µs/op")
+	b.ReportMetric(perOp(0), names[0]+"-cpu-µs/op")
+	b.ReportMetric(perOp(1), names[1]+"-cpu-µs/op")
 	b.ReportMetric(perOp(1)/perOp(0), "cpu-ratio")
 }
 
@@ -316,43 +319,9 @@ func reportRate(b *testing.B, unit string) {
 // one without it, in alternating rounds as in BenchmarkEventCost, with
 // each one's rate and CPU per payment and the ratios.
 func BenchmarkStatusIndexCost(b *testing.B) {
-	const round = 512
 	dbs := [2]*DB{MustOpen(b, Options{}), MustOpen(b, Options{})} // [without, with]
 	if _, err := dbs[1].w.Exec(`CREATE INDEX payment_attempts_status_created ON payment_attempts (status, created_at)`); err != nil {
 		b.Fatal(err)
 	}
-	var wall, cpu [2]time.Duration
-	var n [2]int
-	run := func(i, count int) {
-		var next atomic.Int64
-		start, cpu0 := time.Now(), cpuTime(b)
-		var wg sync.WaitGroup
-		for range 2 * benchParallelism {
-			wg.Go(func() {
-				for next.Add(1) <= int64(count) {
-					if err := claimRecord(dbs[i], newAttempt(nextKey(), time.Now(), time.Minute)); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		wall[i] += time.Since(start)
-		cpu[i] += cpuTime(b) - cpu0
-		n[i] += count
-	}
-	for done, r := 0, 0; done < b.N; done, r = done+round, r+1 {
-		count := min(round, b.N-done)
-		run(r%2, count)
-		run(1-r%2, count)
-	}
-	rate := func(i int) float64 { return float64(n[i]) / wall[i].Seconds() }
-	perOp := func(i int) float64 { return float64(cpu[i].Microseconds()) / float64(n[i]) }
-	b.ReportMetric(rate(0), "without-payments/s")
-	b.ReportMetric(rate(1), "with-payments/s")
-	b.ReportMetric(rate(1)/rate(0), "rate-ratio")
-	b.ReportMetric(perOp(0), "without-cpu-µs/op")
-	b.ReportMetric(perOp(1), "with-cpu-µs/op")
-	b.ReportMetric(perOp(1)/perOp(0), "cpu-ratio")
+	benchPair(b, [2]string{"without", "with"}, func(i int, a *payment.Attempt) error { return claimRecord(dbs[i], a) })
 }
