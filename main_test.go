@@ -297,32 +297,12 @@ func TestTimeoutsMustNest(t *testing.T) {
 
 // serve on the simulated provider says loudly that no real money moves.
 func TestServeWarnsOfSimulatedProvider(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "s.db")}, env(nil), io.Discard, pw)
-		pw.Close()
-	}()
-	var logs strings.Builder
-	sc := bufio.NewScanner(pr)
-	for sc.Scan() {
-		logs.WriteString(sc.Text() + "\n")
-		if strings.Contains(sc.Text(), `"msg":"listening"`) {
-			break
-		}
+	logs := serveLogs(t, []string{"--db", filepath.Join(t.TempDir(), "s.db")})
+	if !strings.Contains(logs, "SIMULATED PROVIDER: no real money moves") || !strings.Contains(logs, `"level":"WARN"`) {
+		t.Errorf("serve logs lack the simulated-provider warning:\n%s", logs)
 	}
-	cancel()
-	go io.Copy(io.Discard, pr)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(logs.String(), "SIMULATED PROVIDER: no real money moves") || !strings.Contains(logs.String(), `"level":"WARN"`) {
-		t.Errorf("serve logs lack the simulated-provider warning:\n%s", logs.String())
-	}
-	if !strings.Contains(logs.String(), "admin page closed") {
-		t.Errorf("serve logs do not say how to open the admin page:\n%s", logs.String())
+	if !strings.Contains(logs, "admin page closed") {
+		t.Errorf("serve logs do not say how to open the admin page:\n%s", logs)
 	}
 }
 
