@@ -237,30 +237,32 @@ func (s *Sim) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Ch
 	insert := s.insert
 	if f.NoDedupe {
 		insert = s.again
-	} else if forgot, err := s.forgot(ctx, req.IdempotencyKey); err != nil {
-		return payment.Charge{}, fmt.Errorf("sim: read charge: %w", err)
-	} else if forgot {
-		// The key's first charge is past the window: forgotten, so this is
-		// a new charge, unless one made since is still remembered.
-		if _, _, err := s.byKey(ctx, req.IdempotencyKey); errors.Is(err, sql.ErrNoRows) {
-			insert = s.again
-		}
 	}
-	n, err := s.writer.Exec(ctx, insert, nil,
-		c.IdempotencyKey, c.ID, c.Amount, c.Currency, req.Source, req.Description, hash, c.CreatedAt.UnixMilli(), req.PaymentID)
+	args := []any{c.IdempotencyKey, c.ID, c.Amount, c.Currency, req.Source, req.Description, hash, c.CreatedAt.UnixMilli(), req.PaymentID}
+	n, err := s.writer.Exec(ctx, insert, nil, args...)
 	if err != nil {
 		return payment.Charge{}, fmt.Errorf("sim: record charge: %w", err)
 	}
 	if n == 0 {
-		var stored string
-		if c, stored, err = s.byKey(ctx, req.IdempotencyKey); err != nil {
+		// The key is taken: a replay, unless every charge under it is past
+		// the key window. Then the key names nothing now, and this is a new
+		// charge. Only a taken key pays for the read.
+		stored, storedHash, err := s.byKey(ctx, req.IdempotencyKey)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			if _, err := s.writer.Exec(ctx, s.again, nil, args...); err != nil {
+				return payment.Charge{}, fmt.Errorf("sim: record charge: %w", err)
+			}
+			s.emit(req, c, nil)
+		case err != nil:
 			return payment.Charge{}, err
-		}
-		if stored != hash {
+		case storedHash != hash:
 			return payment.Charge{}, ErrKeyMismatch
+		default:
+			c = stored // a replay: it was told already
 		}
 	} else {
-		s.emit(req, c, nil) // a new charge; a replayed one was told already
+		s.emit(req, c, nil) // a new charge
 	}
 	if roll(f.FailAfterCharge) {
 		return payment.Charge{}, ErrLostResponse
@@ -340,17 +342,6 @@ func (s *Sim) remembered() int64 {
 		return time.Now().Add(-w).UnixMilli()
 	}
 	return 0
-}
-
-// forgot reports whether the bank holds a charge under key that it made
-// before its key window: the key names nothing now.
-func (s *Sim) forgot(ctx context.Context, key string) (bool, error) {
-	if s.KeyWindow() == 0 {
-		return false, nil
-	}
-	var old int
-	err := s.read.QueryRowContext(ctx, `SELECT count(*) FROM sim_charges WHERE idempotency_key = ? AND created_at < ?`, key, s.remembered()).Scan(&old)
-	return old > 0, err
 }
 
 // byKey reads the charge under key that the bank still remembers, and its
