@@ -110,7 +110,12 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		// The writer's alone: the readers never commit, so never checkpoint.
 		wq += "&_pragma=wal_autocheckpoint%280%29"
 	}
-	w, err := sql.Open(opts.Driver, path+"?"+wq)
+	// The writer's journal of each savepoint (every write of a group
+	// commit has one) stays in memory: on disk it spilled to a temporary
+	// file past 64 KiB, opened, written and deleted by every batch: 15-21%
+	// of the store's CPU per new payment (BENCHMARKS.md). The writer only:
+	// VACUUM and VACUUM INTO (dsn) would build their whole copy in memory.
+	w, err := sql.Open(opts.Driver, path+"?"+wq+"&_pragma=temp_store%28MEMORY%29")
 	if err != nil {
 		return nil, err
 	}

@@ -137,3 +137,22 @@ func TestVacuumMigratesAnOlderFile(t *testing.T) {
 		t.Errorf("pages after a purge once vacuumed = %d (%d free), before %d: want fewer, none free", after, pragma(t, db, "freelist_count"), mid)
 	}
 }
+
+// The writer keeps each savepoint's journal in memory; Vacuum's and
+// Backup's own connections do not, or their copy of the file would be
+// built in memory.
+func TestWriterJournalsInMemoryCopiesOnDisk(t *testing.T) {
+	db := MustOpen(t, Options{})
+	if got := pragma(t, db, "temp_store"); got != 2 {
+		t.Errorf("the writer's temp_store = %d, want 2 (MEMORY)", got)
+	}
+	c, err := sql.Open(db.driver, db.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var v int
+	if err := c.QueryRow(`PRAGMA temp_store`).Scan(&v); err != nil || v == 2 {
+		t.Errorf("Vacuum's and Backup's temp_store = %d, %v; want not 2 (MEMORY)", v, err)
+	}
+}
