@@ -16,6 +16,11 @@ const (
 	// DefaultPurgeBatchTime is how long one purge batch may hold the writer
 	// before the next is made smaller (BENCHMARKS.md, "Years on one file").
 	DefaultPurgeBatchTime = 25 * time.Millisecond
+	// minPurgeBatch is the smallest batch a bound by time makes: a commit
+	// alone (its sync, a checkpoint) may hold a busy writer 10-40 ms, so a
+	// batch of a few rows takes as long as one of this size, and halving
+	// below it only makes more of them (BENCHMARKS.md).
+	minPurgeBatch = 64
 	// DefaultEventRetention is how long a final provider event stays in the
 	// inbox: past Stripe's redelivery window (up to 3 days), so a late
 	// redelivery is answered as a duplicate, with days to spare for an
@@ -175,13 +180,20 @@ type Purger struct {
 	EventRetention time.Duration
 	BatchSize      int
 	// BatchTime bounds how long one batch holds the writer (as the store
-	// measures it, without the wait for its turn): the first batch is one
-	// row, one that held it under half of BatchTime doubles the next one's
-	// size, up to BatchSize, one that held it longer halves it. Default
-	// DefaultPurgeBatchTime; negative: every batch BatchSize.
+	// measures it, without the wait for its turn): the first batch is 64
+	// rows (minPurgeBatch), one that held it under half of BatchTime
+	// doubles the next one's size, up to BatchSize, one that held it longer
+	// halves it, down to 64, and a run starts at the size the last one
+	// ended with. Default DefaultPurgeBatchTime; negative: every batch
+	// BatchSize.
 	BatchTime time.Duration
 	// Observe, if set, is told what every run did.
 	Observe func(PurgeResult)
+	// sizes are the batch sizes the last run ended with, of each thing it
+	// purges (attempts, events, payments, the outbox), where the next run
+	// starts. RunOnce never runs beside itself: cron skips a run due while
+	// one is still going.
+	sizes [4]int
 }
 
 // NewPurger returns p with its defaults set (Now time.Now, BatchSize 1000,
@@ -262,22 +274,22 @@ func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 	if p.EventRetention < 0 {
 		return res, fmt.Errorf("purge: the event retention (%s) is negative", p.EventRetention)
 	}
-	n, err := p.batches(ctx, &res, p.Store.Purge, res.Before)
+	n, err := p.batches(ctx, &res, 0, p.Store.Purge, res.Before)
 	res.Deleted = n
 	if err != nil {
 		return res, err
 	}
 	eventRetention := cmp.Or(p.EventRetention, DefaultEventRetention) // built by hand: never zero
-	n, err = p.batches(ctx, &res, p.Store.PurgeEvents, p.Now().Add(-eventRetention))
+	n, err = p.batches(ctx, &res, 1, p.Store.PurgeEvents, p.Now().Add(-eventRetention))
 	res.EventsDeleted = n
 	if err != nil || p.PaymentRetention <= 0 {
 		return res, err
 	}
-	res.PaymentsDeleted, err = p.batches(ctx, &res, p.Store.PurgePayments, p.Now().Add(-p.PaymentRetention))
+	res.PaymentsDeleted, err = p.batches(ctx, &res, 2, p.Store.PurgePayments, p.Now().Add(-p.PaymentRetention))
 	if err != nil {
 		return res, err
 	}
-	res.OutboxDeleted, err = p.batches(ctx, &res, p.Store.PurgeOutbox, p.Now().Add(-p.PaymentRetention))
+	res.OutboxDeleted, err = p.batches(ctx, &res, 3, p.Store.PurgeOutbox, p.Now().Add(-p.PaymentRetention))
 	return res, err
 }
 
@@ -288,13 +300,16 @@ func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 // store tells how long a batch held it: a time taken around the call would
 // count the wait behind the payments' own writes, and under load shrink
 // the batches to a few rows while they hold the writer for next to nothing.
-// Bounded by time, the first batch is one row and each quick one doubles
-// the next: a first batch of BatchSize rows would hold the writer as long
-// as an unbounded one (a second on a large file) before the bound knew.
-func (p *Purger) batches(ctx context.Context, res *PurgeResult, purge func(context.Context, time.Time, int) (int, time.Duration, error), before time.Time) (int, error) {
+// Bounded by time, the first batch is minPurgeBatch rows and each quick
+// one doubles the next: a first batch of BatchSize rows would hold the
+// writer as long as an unbounded one (a second on a large file) before the
+// bound knew. Each run of kind (an index of sizes) starts where the last
+// ended, so a run every second does not climb from the floor each time.
+func (p *Purger) batches(ctx context.Context, res *PurgeResult, kind int, purge func(context.Context, time.Time, int) (int, time.Duration, error), before time.Time) (int, error) {
 	total, size := 0, p.BatchSize
+	floor := min(p.BatchSize, minPurgeBatch)
 	if p.BatchTime > 0 {
-		size = 1
+		size = max(floor, min(p.BatchSize, p.sizes[kind]))
 	}
 	for {
 		n, held, err := purge(ctx, before, size)
@@ -302,12 +317,13 @@ func (p *Purger) batches(ctx context.Context, res *PurgeResult, purge func(conte
 		res.Batches++
 		res.LongestBatch = max(res.LongestBatch, held)
 		if err != nil || n < size {
+			p.sizes[kind] = size
 			return total, err
 		}
 		switch {
 		case p.BatchTime <= 0:
 		case held > p.BatchTime:
-			size = max(1, size/2)
+			size = max(floor, size/2)
 		case held < p.BatchTime/2:
 			size = min(p.BatchSize, 2*size)
 		}

@@ -38,12 +38,13 @@ func (*slowStore) PurgeOutbox(context.Context, time.Time, int) (int, time.Durati
 	return 0, 0, nil
 }
 
-// Bounded by time, the first batch is one row and quick ones double the
-// next; a batch that held the writer past BatchTime halves the next; once
-// batches are quick again they double back up to BatchSize; every row is
-// purged all the same. Negative BatchTime: every batch whole. The wait for
-// the writer (behind the payments' writes) is not the batch's: batches
-// that wait long but hold the writer briefly stay whole.
+// Bounded by time, the first batch is 64 rows (the floor) and quick ones
+// double the next; a batch that held the writer past BatchTime halves the
+// next, never below the floor; once batches are quick again they double
+// back up to BatchSize; the next run starts where the last ended; every
+// row is purged all the same. Negative BatchTime: every batch whole. The
+// wait for the writer (behind the payments' writes) is not the batch's:
+// batches that wait long but hold the writer briefly stay whole.
 func TestPurgeBatchesBoundedByTime(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
@@ -51,20 +52,20 @@ func TestPurgeBatchesBoundedByTime(t *testing.T) {
 		wait      time.Duration
 		want      []int
 	}{
-		// 100µs a row for the first nine batches (128 rows: 12.8ms, between
-		// half the bound and the bound: kept), 300µs for the tenth (38.4ms:
-		// halved), then 1µs.
-		{"bounded", 25 * time.Millisecond, 0, []int{1, 2, 4, 8, 16, 32, 64, 128, 128, 128, 64, 128, 256, 512, 1000, 1000, 1000}},
+		// 100µs a row for the first nine batches (64 rows: 6.4ms, doubled;
+		// 128 rows: 12.8ms, between half the bound and the bound: kept), 1ms
+		// for the next two (halved, then held at the floor of 64), then 1µs.
+		{"bounded", 25 * time.Millisecond, 0, []int{64, 128, 128, 128, 128, 128, 128, 128, 128, 128, 64, 64, 128, 256, 512, 1000, 1000}},
 		{"whole", -1, 0, []int{1000, 1000, 1000, 1000}},
-		{"waiting", 25 * time.Millisecond, 200 * time.Millisecond, []int{1, 2, 4, 8, 16, 32, 64, 128, 128, 128, 64, 128, 256, 512, 1000, 1000, 1000}},
+		{"waiting", 25 * time.Millisecond, 200 * time.Millisecond, []int{64, 128, 128, 128, 128, 128, 128, 128, 128, 128, 64, 64, 128, 256, 512, 1000, 1000}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &slowStore{now: time.Unix(1e9, 0), wait: tt.wait, rows: 3750, perRow: func(batch int) time.Duration {
 				switch {
 				case batch <= 9:
 					return 100 * time.Microsecond
-				case batch == 10:
-					return 300 * time.Microsecond
+				case batch <= 11:
+					return time.Millisecond
 				}
 				return time.Microsecond
 			}}
@@ -79,6 +80,15 @@ func TestPurgeBatchesBoundedByTime(t *testing.T) {
 			}
 			if !slices.Equal(s.limits, tt.want) {
 				t.Errorf("batch limits = %v, want %v", s.limits, tt.want)
+			}
+			// The next run starts where this one ended, not at one row.
+			s.rows = 1500
+			first := len(s.limits)
+			if res, err := p.RunOnce(context.Background()); err != nil || res.Deleted != 1500 {
+				t.Fatalf("second RunOnce = %+v, %v, want 1,500 deleted", res, err)
+			}
+			if got, want := s.limits[first:], []int{1000, 1000}; !slices.Equal(got, want) {
+				t.Errorf("second run's batch limits = %v, want %v", got, want)
 			}
 		})
 	}
