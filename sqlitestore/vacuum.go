@@ -64,10 +64,10 @@ const freeStep = 128
 
 // purgeBatch runs one batch of a purge, del, as a write alone in its
 // transaction, and returns what it deleted and how long it held the writer
-// (the Purger sizes the next batch by it). Then, on a
-// file whose auto_vacuum is INCREMENTAL, it gives the pages the batch
-// freed back to the file system, freeStep at a time (freePages): not in
-// the batch's transaction, whose time would grow with every page moved.
+// (the Purger sizes the next batch by it). Then, on a file whose
+// auto_vacuum is INCREMENTAL, it gives the pages the batch freed back to
+// the file system, freeStep at a time (freePages): not in the batch's
+// transaction, whose time would grow with every page moved.
 func (db *DB) purgeBatch(ctx context.Context, del func(ctx context.Context, tx *sql.Tx) (int64, error)) (int, time.Duration, error) {
 	var n, free int64
 	held, err := db.writer.WriteAlone(ctx, func(ctx context.Context, tx *sql.Tx) error {
