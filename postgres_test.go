@@ -124,7 +124,7 @@ func TestCopyToPostgres(t *testing.T) {
 	if ok, err := src.Record(ctx, payment.KindPayment, scope, "old", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: body, ChargeID: "ch_0"}, now.Add(-2*time.Hour)); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if n, err := src.Purge(ctx, now.Add(-time.Hour), 10); n != 1 || err != nil {
+	if n, _, err := src.Purge(ctx, now.Add(-time.Hour), 10); n != 1 || err != nil {
 		t.Fatalf("Purge = %d, %v", n, err)
 	}
 	// Its cardholder disputed it.

@@ -214,7 +214,7 @@ func (c *config) registerServe(fs *flag.FlagSet) {
 func (c *config) registerRetention(fs *flag.FlagSet) {
 	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long final attempts (and so their keys) are kept")
 	fs.DurationVar(&c.paymentRetention, "payment-retention", 0, "how long payments and their refunds are kept after their keys, and merchants' events after they were made (0: always); at least --retention")
-	fs.DurationVar(&c.purgeBatchTime, "purge-batch-time", payment.DefaultPurgeBatchTime, "a purge batch that took longer halves the next one's size (negative: every batch the full 1,000)")
+	fs.DurationVar(&c.purgeBatchTime, "purge-batch-time", payment.DefaultPurgeBatchTime, "how long one purge batch may hold the writer: the first is 64 rows, a quicker one doubles the next, a longer one halves it down to 64, a run starts where the last ended (negative: every batch the full 1,000)")
 	fs.DurationVar(&c.eventRetention, "event-retention", payment.DefaultEventRetention, "how long final webhook events (processed, ignored) are kept; longer than the provider redelivers (Stripe: 3 days) answers a late copy as a duplicate")
 }
 

@@ -16,6 +16,11 @@ const (
 	// DefaultPurgeBatchTime is how long one purge batch may hold the writer
 	// before the next is made smaller (BENCHMARKS.md, "Years on one file").
 	DefaultPurgeBatchTime = 25 * time.Millisecond
+	// minPurgeBatch is the smallest batch a bound by time makes: a commit
+	// alone (its sync, a checkpoint) may hold a busy writer 10-40 ms, so a
+	// batch of a few rows takes as long as one of this size, and halving
+	// below it only makes more of them (BENCHMARKS.md).
+	minPurgeBatch = 64
 	// DefaultEventRetention is how long a final provider event stays in the
 	// inbox: past Stripe's redelivery window (up to 3 days), so a late
 	// redelivery is answered as a duplicate, with days to spare for an
@@ -140,17 +145,20 @@ func (r *Reconciler) settle(ctx context.Context, a Attempt) (Status, error) {
 }
 
 // PurgeStore is what the Purger deletes from: the keys' records, the
-// payments past their own retention, and the inbox's final events.
+// payments past their own retention, and the inbox's final events. Each
+// method deletes one batch and returns how many rows it deleted and how
+// long the batch held the database's writing (its transaction, on SQLite
+// the one writer), not counting the wait for its turn: the Purger sizes
+// the next batch by it.
 type PurgeStore interface {
-	Purge(ctx context.Context, before time.Time, limit int) (int, error)
-	PurgePayments(ctx context.Context, before time.Time, limit int) (int, error)
+	Purge(ctx context.Context, before time.Time, limit int) (int, time.Duration, error)
+	PurgePayments(ctx context.Context, before time.Time, limit int) (int, time.Duration, error)
 	// PurgeEvents deletes up to limit final events (processed, ignored) last
-	// updated before before, never one still to be applied, and returns how
-	// many.
-	PurgeEvents(ctx context.Context, before time.Time, limit int) (int, error)
+	// updated before before, never one still to be applied.
+	PurgeEvents(ctx context.Context, before time.Time, limit int) (int, time.Duration, error)
 	// PurgeOutbox deletes up to limit of the events told to merchants made
 	// before before (OutboxStore).
-	PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, error)
+	PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, time.Duration, error)
 }
 
 // Purger deletes final attempts older than the retention, in batches, so
@@ -171,13 +179,21 @@ type Purger struct {
 	// the fenced record, and a final answer is never changed.
 	EventRetention time.Duration
 	BatchSize      int
-	// BatchTime bounds how long one batch holds the writer: a batch that
-	// took longer halves the next one's size, one that took under half
-	// of it doubles it again, up to BatchSize. Default DefaultPurgeBatchTime;
-	// negative: BatchSize alone.
+	// BatchTime bounds how long one batch holds the writer (as the store
+	// measures it, without the wait for its turn): the first batch is 64
+	// rows (minPurgeBatch), one that held it under half of BatchTime
+	// doubles the next one's size, up to BatchSize, one that held it longer
+	// halves it, down to 64, and a run starts at the size the last one
+	// ended with. Default DefaultPurgeBatchTime; negative: every batch
+	// BatchSize.
 	BatchTime time.Duration
 	// Observe, if set, is told what every run did.
 	Observe func(PurgeResult)
+	// sizes are the batch sizes the last run ended with, of each thing it
+	// purges (attempts, events, payments, the outbox), where the next run
+	// starts. RunOnce never runs beside itself: cron skips a run due while
+	// one is still going.
+	sizes [4]int
 }
 
 // NewPurger returns p with its defaults set (Now time.Now, BatchSize 1000,
@@ -213,8 +229,8 @@ type PurgeResult struct {
 	OutboxDeleted   int       // events told to merchants, past the payment retention
 	EventsDeleted   int       // final provider events past the event retention
 	Before          time.Time // attempts final before this were deleted
-	// LongestBatch is the longest one batch took (held the writer, on
-	// SQLite), and Batches how many ran.
+	// LongestBatch is the longest one batch held the writer (the store's
+	// measure), and Batches how many ran.
 	LongestBatch time.Duration
 	Batches      int
 }
@@ -258,46 +274,57 @@ func (p *Purger) RunOnce(ctx context.Context) (res PurgeResult, err error) {
 	if p.EventRetention < 0 {
 		return res, fmt.Errorf("purge: the event retention (%s) is negative", p.EventRetention)
 	}
-	n, err := p.batches(ctx, &res, p.Store.Purge, res.Before)
+	n, err := p.batches(ctx, &res, 0, p.Store.Purge, res.Before)
 	res.Deleted = n
 	if err != nil {
 		return res, err
 	}
 	eventRetention := cmp.Or(p.EventRetention, DefaultEventRetention) // built by hand: never zero
-	n, err = p.batches(ctx, &res, p.Store.PurgeEvents, p.Now().Add(-eventRetention))
+	n, err = p.batches(ctx, &res, 1, p.Store.PurgeEvents, p.Now().Add(-eventRetention))
 	res.EventsDeleted = n
 	if err != nil || p.PaymentRetention <= 0 {
 		return res, err
 	}
-	res.PaymentsDeleted, err = p.batches(ctx, &res, p.Store.PurgePayments, p.Now().Add(-p.PaymentRetention))
+	res.PaymentsDeleted, err = p.batches(ctx, &res, 2, p.Store.PurgePayments, p.Now().Add(-p.PaymentRetention))
 	if err != nil {
 		return res, err
 	}
-	res.OutboxDeleted, err = p.batches(ctx, &res, p.Store.PurgeOutbox, p.Now().Add(-p.PaymentRetention))
+	res.OutboxDeleted, err = p.batches(ctx, &res, 3, p.Store.PurgeOutbox, p.Now().Add(-p.PaymentRetention))
 	return res, err
 }
 
 // batches deletes batch by batch until a batch comes back short (river's
 // JobCleaner), so no transaction holds the writer for long: each batch
 // at most BatchSize rows, and its size halved after one that held the
-// writer past BatchTime (a large file, a slow disk, a busy machine).
-func (p *Purger) batches(ctx context.Context, res *PurgeResult, purge func(context.Context, time.Time, int) (int, error), before time.Time) (int, error) {
+// writer past BatchTime (a large file, a slow disk, a busy machine). The
+// store tells how long a batch held it: a time taken around the call would
+// count the wait behind the payments' own writes, and under load shrink
+// the batches to a few rows while they hold the writer for next to nothing.
+// Bounded by time, the first batch is minPurgeBatch rows and each quick
+// one doubles the next: a first batch of BatchSize rows would hold the
+// writer as long as an unbounded one (a second on a large file) before the
+// bound knew. Each run of kind (an index of sizes) starts where the last
+// ended, so a run every second does not climb from the floor each time.
+func (p *Purger) batches(ctx context.Context, res *PurgeResult, kind int, purge func(context.Context, time.Time, int) (int, time.Duration, error), before time.Time) (int, error) {
 	total, size := 0, p.BatchSize
+	floor := min(p.BatchSize, minPurgeBatch)
+	if p.BatchTime > 0 {
+		size = max(floor, min(p.BatchSize, p.sizes[kind]))
+	}
 	for {
-		start := p.Now() // the purger's clock: a test's advances as its store works
-		n, err := purge(ctx, before, size)
-		took := p.Now().Sub(start)
+		n, held, err := purge(ctx, before, size)
 		total += n
 		res.Batches++
-		res.LongestBatch = max(res.LongestBatch, took)
+		res.LongestBatch = max(res.LongestBatch, held)
 		if err != nil || n < size {
+			p.sizes[kind] = size
 			return total, err
 		}
 		switch {
 		case p.BatchTime <= 0:
-		case took > p.BatchTime:
-			size = max(1, size/2)
-		case took < p.BatchTime/2:
+		case held > p.BatchTime:
+			size = max(floor, size/2)
+		case held < p.BatchTime/2:
 			size = min(p.BatchSize, 2*size)
 		}
 	}

@@ -353,7 +353,7 @@ func TestKeyReusedAfterRetention(t *testing.T) {
 	if c := f.Sim.Calls(); len(c) != 1 || c[0].Charges != 1 {
 		t.Fatalf("provider calls = %+v, want only the first charge", c)
 	}
-	if n, err := f.DB.PurgePayments(ctx, f.clock.Now(), 10); err != nil || n != 1 {
+	if n, _, err := f.DB.PurgePayments(ctx, f.clock.Now(), 10); err != nil || n != 1 {
 		t.Fatalf("PurgePayments = %d, %v", n, err)
 	}
 	again, err := f.Service.Pay(ctx, "demo", "k", other)

@@ -172,9 +172,10 @@ type OutboxStore interface {
 	// first: the one past the limit tells the caller there are more.
 	OutboxEvents(ctx context.Context, f OutboxFilter) ([]OutboxEvent, error)
 	// PurgeOutbox deletes up to limit events made before before, oldest
-	// first, with their deliveries, and returns how many; never one whose
-	// delivery is still pending.
-	PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, error)
+	// first, with their deliveries, and returns how many and how long it
+	// held the writing (PurgeStore); never one whose delivery is still
+	// pending.
+	PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, time.Duration, error)
 }
 
 // ListEvents returns a page of f.Scope's events, newest first, each as

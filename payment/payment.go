@@ -255,9 +255,9 @@ type Store interface {
 	Stale(ctx context.Context, updatedBefore, now time.Time, limit int) ([]Attempt, error)
 
 	// Purge deletes up to limit final attempts last updated before before,
-	// never one in progress, and returns how many. Their payments and
-	// refunds stay.
-	Purge(ctx context.Context, before time.Time, limit int) (int, error)
+	// never one in progress, and returns how many and how long it held the
+	// writing (PurgeStore). Their payments and refunds stay.
+	Purge(ctx context.Context, before time.Time, limit int) (int, time.Duration, error)
 
 	// Payment returns the payment with id within scope.
 	Payment(ctx context.Context, scope, id string) (*Payment, error)
@@ -271,8 +271,9 @@ type Store interface {
 
 	// PurgePayments deletes up to limit final payments, with their refunds,
 	// last updated before before and whose key's record is gone, never one
-	// with a refund in progress, and returns how many.
-	PurgePayments(ctx context.Context, before time.Time, limit int) (int, error)
+	// with a refund in progress, and returns how many and how long it held
+	// the writing (PurgeStore).
+	PurgePayments(ctx context.Context, before time.Time, limit int) (int, time.Duration, error)
 }
 
 // PaymentFilter selects a merchant's payments, a page at a time, by key

@@ -374,7 +374,8 @@ func (db *DB) CountStale(ctx context.Context, updatedBefore, now time.Time) (int
 // purges of many instances share the work. A purge that deleted any bumps
 // the purge version (the other instances' replay caches read it) and clears
 // this instance's replay cache once committed.
-func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
+func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, time.Duration, error) {
+	start := time.Now()
 	n, err := db.purge(ctx, before, limit)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23503" {
@@ -383,7 +384,7 @@ func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, erro
 		// refund is gone with its payment, so its key has nothing to move.
 		n, err = db.purge(ctx, before, limit)
 	}
-	return n, mapErr(err)
+	return n, time.Since(start), mapErr(err)
 }
 
 func (db *DB) purge(ctx context.Context, before time.Time, limit int) (int, error) {

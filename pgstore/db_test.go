@@ -256,7 +256,7 @@ func TestMigrateToExpiredKeys(t *testing.T) {
 	if ok, err := db.Record(ctx, payment.KindPayment, "s", "old", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}"), ChargeID: "ch_1"}, t0); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if n, err := db.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
+	if n, _, err := db.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
 		t.Fatalf("Purge = %d, %v", n, err)
 	}
 	id := paid.ID
@@ -321,13 +321,13 @@ func TestPurgeOfARefundKeyRacingItsPaymentsPurge(t *testing.T) {
 	if _, err := tx.Exec(ctx, `DELETE FROM payment_attempts WHERE idempotency_key = 'ref'`); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := db.PurgePayments(ctx, raceT0.Add(2*time.Hour), 10); n != 0 || err != nil {
+	if n, _, err := db.PurgePayments(ctx, raceT0.Add(2*time.Hour), 10); n != 0 || err != nil {
 		t.Fatalf("PurgePayments while the refund key's purge is in flight = %d, %v, want 0: skipped", n, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := db.PurgePayments(ctx, raceT0.Add(2*time.Hour), 10); n != 1 || err != nil {
+	if n, _, err := db.PurgePayments(ctx, raceT0.Add(2*time.Hour), 10); n != 1 || err != nil {
 		t.Fatalf("PurgePayments after = %d, %v, want 1", n, err)
 	}
 	keysForgotten(t, db)
@@ -352,7 +352,7 @@ func TestPurgeOfARefundKeyAfterItsPaymentsPurge(t *testing.T) {
 	}
 	done := make(chan result)
 	go func() {
-		n, err := db.Purge(ctx, raceT0.Add(2*time.Hour), 10)
+		n, _, err := db.Purge(ctx, raceT0.Add(2*time.Hour), 10)
 		done <- result{n, err}
 	}()
 	// The refund key's move waits on the payment's row.
@@ -416,7 +416,7 @@ func paidRefundedAndPurged(t *testing.T, db *DB) *payment.Attempt {
 	settle(paid, raceT0)
 	refund := payment.NewRefundAttempt("s", "ref", payment.RefundRequest{PaymentID: paid.ID, Amount: 100}, raceT0, time.Minute)
 	settle(&refund, raceT0.Add(time.Hour))
-	if n, err := db.Purge(ctx, raceT0.Add(time.Minute), 10); n != 1 || err != nil {
+	if n, _, err := db.Purge(ctx, raceT0.Add(time.Minute), 10); n != 1 || err != nil {
 		t.Fatalf("Purge = %d, %v", n, err)
 	}
 	return paid

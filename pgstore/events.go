@@ -120,10 +120,11 @@ func scanEvent(row pgx.Row) (*payment.InboxEvent, error) {
 // updated before before. An event still to be applied (received,
 // processing, failed) is never deleted. Rows another instance's purge is
 // deleting are skipped, not waited for.
-func (db *DB) PurgeEvents(ctx context.Context, before time.Time, limit int) (int, error) {
+func (db *DB) PurgeEvents(ctx context.Context, before time.Time, limit int) (int, time.Duration, error) {
+	start := time.Now()
 	n, err := db.exec(ctx, `DELETE FROM webhook_events WHERE (provider, event_id) IN (
 		SELECT provider, event_id FROM webhook_events
 		WHERE state IN ('processed', 'ignored') AND updated_at < $1
 		LIMIT $2 FOR UPDATE SKIP LOCKED)`, ms(before), limit)
-	return int(n), err
+	return int(n), time.Since(start), err
 }

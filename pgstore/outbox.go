@@ -71,7 +71,8 @@ func (db *DB) OutboxEvents(ctx context.Context, f payment.OutboxFilter) ([]payme
 // PurgeOutbox deletes up to limit events made before before, with their
 // deliveries, but none with a delivery still pending, skipping any another
 // instance's purge holds.
-func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, error) {
+func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, time.Duration, error) {
+	start := time.Now()
 	n, err := db.exec(ctx, `WITH v AS (
 			SELECT scope, type, id FROM events ev
 			WHERE created_at < $1
@@ -79,5 +80,5 @@ func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int
 			LIMIT $2 FOR UPDATE SKIP LOCKED),
 		d AS (DELETE FROM deliveries WHERE event_id IN (SELECT id FROM v))
 		DELETE FROM events WHERE (scope, type, id) IN (SELECT scope, type, id FROM v)`, ms(before), limit)
-	return int(n), err
+	return int(n), time.Since(start), err
 }

@@ -207,8 +207,9 @@ func scanRefund(row pgx.Row) (*payment.Refund, error) {
 // chosen, skipping any another instance's purge (or a refund's claim)
 // holds: a refund reserving on a payment being purged waits, then finds
 // no payment.
-func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (int, error) {
+func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (int, time.Duration, error) {
 	var n int64
+	start := time.Now()
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT p.id FROM payments p
 			WHERE p.created_at < $1 AND p.status IN ('succeeded', 'failed', 'expired') AND p.updated_at < $1 AND p.amount_reserved = 0
@@ -231,7 +232,7 @@ func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (i
 		n = tag.RowsAffected()
 		return err
 	})
-	return int(n), mapErr(err)
+	return int(n), time.Since(start), mapErr(err)
 }
 
 // PaymentByID returns the payment id in any scope.

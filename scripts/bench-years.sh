@@ -15,6 +15,13 @@
 #   PG=postgres://... scripts/bench-years.sh
 #                                           fill that (empty) PostgreSQL database
 #                                           instead, and measure it alone
+#   PURGE_ONLY=1 BIG=... KEYS=... scripts/bench-years.sh
+#                                           only the purge beside new payments,
+#                                           on that file (MODES: which of none,
+#                                           whole, bounded, in that order)
+#   ONCEPAY=/path/to/oncepay                that binary, not one built from here
+#                                           (to compare two builds on copies of
+#                                           one file, run after run)
 #
 # The big file is changed: vacuumed if it is not INCREMENTAL yet (timed),
 # then purged. Load runs last DURATION seconds (default 30).
@@ -33,7 +40,11 @@ fi
 work=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/oncepay-years.XXXXXX")}
 mkdir -p "$work"
 trap 'kill $(cat "$work/pid" 2>/dev/null) 2>/dev/null || true' EXIT
-CGO_ENABLED=0 go build -o "$work/oncepay" .
+if [ -n "${ONCEPAY:-}" ]; then
+  cp "$ONCEPAY" "$work/oncepay"
+else
+  CGO_ENABLED=0 go build -o "$work/oncepay" .
+fi
 token=$(head -c 32 /dev/urandom | base64 | tr -d '\n')
 echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(lscpu | awk -F: '/Model name/{gsub(/^ +/, "", $2); print $2}'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -143,12 +154,18 @@ measure() {
   p99 "GET /v1/payments, deep" "$secret" "/v1/payments?limit=100&starting_after=$deeppay"
   p99 "GET /v1/events, first" "$secret" "/v1/events?limit=100"
   stop
-  # The purge beside new payments, one after another on the same file:
-  # none, whole batches of 1,000, batches bounded by 25 ms (the default).
+  purges "$db" "$keys"
+}
+
+# purges FILE KEYS: new payments beside the purge, one after another on
+# the same file: none, whole batches of 1,000, batches bounded by 25 ms
+# (the default); the purge's summary, and the file's size before and after.
+purges() {
+  local db=$1 secret before mode
+  secret=$(awk 'NR == 1 {print $2}' "$2")
   checkpoint "$db"
-  local before mode
   before=$(dbsize "$db")
-  for mode in none whole bounded; do
+  for mode in ${MODES:-none whole bounded}; do
     case $mode in
     none) serve "$db" --purge-schedule off ;;
     whole) serve "$db" --purge-schedule "@every 3s" --purge-batch-time -1ns ;;
@@ -163,6 +180,11 @@ measure() {
   echo "  database $(mb "$before") before the purges, $(mb "$(dbsize "$db")") after; kept keys now $(sql "$db" 'SELECT count(*) FROM payment_attempts')"
 }
 
+if [ -n "${PURGE_ONLY:-}" ]; then
+  echo "the purge beside new payments, $BIG:"
+  purges "$BIG" "$KEYS"
+  exit 0
+fi
 small=$work/small.db
 rm -f "$small"*
 "$work/oncepay" bench fill --db "$small" --payments 2000 --live-keys 1000 --unpurged 500 --merchants $merchants >"$work/small-keys.txt" 2>/dev/null

@@ -179,11 +179,11 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	// the provider's "key reused" is a stored 409, replayed as such.
 	pay("spec-retained", visa)
 	pay("spec-expired", visa)
-	if _, err := e.DB.Purge(context.Background(), time.Now().Add(time.Hour), 100); err != nil {
+	if _, _, err := e.DB.Purge(context.Background(), time.Now().Add(time.Hour), 100); err != nil {
 		t.Fatal(err)
 	}
 	keyExpired := pay("spec-expired", visa)
-	if _, err := e.DB.PurgePayments(context.Background(), time.Now().Add(time.Hour), 100); err != nil {
+	if _, _, err := e.DB.PurgePayments(context.Background(), time.Now().Add(time.Hour), 100); err != nil {
 		t.Fatal(err)
 	}
 	keyReusedAfterRetention := pay("spec-retained", declined)

@@ -260,44 +260,43 @@ func (db *DB) CountStale(ctx context.Context, updatedBefore, now time.Time) (int
 }
 
 // Purge deletes up to limit final attempts last updated before before and
-// returns how many it deleted, moving each key to expired_keys while its
-// payment or refund is kept. Attempts in progress are never deleted. A
-// purge that deleted any bumps the purge version (other processes' replay
-// caches read it) and clears this process's replay cache once committed.
-func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, error) {
-	var n, version int64
-	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+// returns how many it deleted and how long it held the writer, moving each
+// key to expired_keys while its payment or refund is kept. Attempts in
+// progress are never deleted. A purge that deleted any bumps the purge
+// version (other processes' replay caches read it) and clears this
+// process's replay cache once committed.
+func (db *DB) Purge(ctx context.Context, before time.Time, limit int) (int, time.Duration, error) {
+	var version int64
+	n, held, err := db.purgeBatch(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		for _, stmt := range []string{
 			`CREATE TEMP TABLE IF NOT EXISTS purged_attempts (id TEXT PRIMARY KEY)`,
 			`DELETE FROM purged_attempts`,
 		} {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				return err
+				return 0, err
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_attempts SELECT id FROM payment_attempts
 			WHERE status IN ('succeeded', 'failed', 'expired') AND updated_at < ? LIMIT ?`, ms(before), limit); err != nil {
-			return err
+			return 0, err
 		}
 		// The trigger payment_attempts_expire moves each key to expired_keys.
 		res, err := tx.ExecContext(ctx, `DELETE FROM payment_attempts WHERE id IN (SELECT id FROM purged_attempts)`)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		if n, err = res.RowsAffected(); err != nil || n == 0 {
-			return err
+		n, err := res.RowsAffected()
+		if err != nil || n == 0 {
+			return n, err
 		}
-		if err := tx.QueryRowContext(ctx, `INSERT INTO settings (name, value) VALUES ('purge_version', '1')
+		return n, tx.QueryRowContext(ctx, `INSERT INTO settings (name, value) VALUES ('purge_version', '1')
 			ON CONFLICT (name) DO UPDATE SET value = CAST(value AS INTEGER) + 1
-			RETURNING CAST(value AS INTEGER)`).Scan(&version); err != nil {
-			return err
-		}
-		return freePages(ctx, tx)
+			RETURNING CAST(value AS INTEGER)`).Scan(&version)
 	})
-	if n > 0 && err == nil {
+	if n > 0 { // committed, whatever giving its pages back did
 		db.answers.Clear(version)
 	}
-	return int(n), err
+	return n, held, err
 }
 
 // ReplayCacheStats returns what the replay cache did, for the metrics.

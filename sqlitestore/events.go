@@ -131,19 +131,14 @@ func scanEvent(row scanner) (*payment.InboxEvent, error) {
 // PurgeEvents deletes up to limit final events (processed, ignored) last
 // updated before before. An event still to be applied (received,
 // processing, failed) is never deleted: its sender or an operator needs it.
-func (db *DB) PurgeEvents(ctx context.Context, before time.Time, limit int) (int, error) {
-	var n int64
-	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+func (db *DB) PurgeEvents(ctx context.Context, before time.Time, limit int) (int, time.Duration, error) {
+	return db.purgeBatch(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		res, err := tx.ExecContext(ctx, `DELETE FROM webhook_events WHERE rowid IN (
 			SELECT rowid FROM webhook_events
 			WHERE state IN ('processed', 'ignored') AND updated_at < ? LIMIT ?)`, ms(before), limit)
-		if err == nil {
-			n, err = res.RowsAffected()
-		}
 		if err != nil {
-			return err
+			return 0, err
 		}
-		return freePages(ctx, tx)
+		return res.RowsAffected()
 	})
-	return int(n), err
 }

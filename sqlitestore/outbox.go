@@ -80,40 +80,35 @@ func outboxQuery(f payment.OutboxFilter) (string, []any) {
 // with their deliveries, but none with a delivery still pending: the
 // table's own order is the time's, so a batch reads little more than it
 // deletes.
-func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, error) {
-	var n int64
-	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+func (db *DB) PurgeOutbox(ctx context.Context, before time.Time, limit int) (int, time.Duration, error) {
+	return db.purgeBatch(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		for _, stmt := range []string{
 			`CREATE TEMP TABLE IF NOT EXISTS purged_events (rid INTEGER PRIMARY KEY, id TEXT NOT NULL)`,
 			`DELETE FROM purged_events`,
 		} {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				return err
+				return 0, err
 			}
 		}
 		edge, err := outboxEdge(ctx, tx, ms(before))
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_events SELECT rowid, id FROM events ev
 			WHERE rowid < ? AND created_at < ?
 			  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = ev.id AND d.state = 'pending')
 			ORDER BY rowid LIMIT ?`, edge, ms(before), limit); err != nil {
-			return err
+			return 0, err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM deliveries WHERE event_id IN (SELECT id FROM purged_events)`); err != nil {
-			return err
+			return 0, err
 		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE rowid IN (SELECT rid FROM purged_events)`)
-		if err == nil {
-			n, err = res.RowsAffected()
-		}
 		if err != nil {
-			return err
+			return 0, err
 		}
-		return freePages(ctx, tx)
+		return res.RowsAffected()
 	})
-	return int(n), err
 }
 
 // outboxEdge is the rowid below which every event was made before before:

@@ -174,46 +174,41 @@ func scanRefundInto(row scanner, r *payment.Refund, extra ...any) error {
 // PurgePayments deletes up to limit final payments last updated before
 // before, with their refunds, once their key's record is gone and no
 // refund of theirs is in progress.
-func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (int, error) {
-	var n int64
-	err := db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+func (db *DB) PurgePayments(ctx context.Context, before time.Time, limit int) (int, time.Duration, error) {
+	return db.purgeBatch(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		const victims = `SELECT p.id FROM payments p
 			WHERE p.rowid < ? AND p.status IN ('succeeded', 'failed', 'expired') AND p.updated_at < ? AND p.amount_reserved = 0
 			  AND NOT EXISTS (SELECT 1 FROM payment_attempts a WHERE a.id = p.id)
 			  AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id AND r.status = 'in_progress')
 			ORDER BY p.rowid LIMIT ?`
 		if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS purged_payments (id TEXT PRIMARY KEY)`); err != nil {
-			return err
+			return 0, err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM purged_payments`); err != nil {
-			return err
+			return 0, err
 		}
 		// Rows are appended as payments are made: the old ones are below
 		// the edge, and a batch reads from the oldest up, never the rest.
 		edge, err := timeEdge(ctx, tx, "payments", ms(before))
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO purged_payments `+victims, edge, ms(before), limit); err != nil {
-			return err
+			return 0, err
 		}
 		// Their keys are forgotten with them: a retry of one is a new payment.
 		if _, err := tx.ExecContext(ctx, `DELETE FROM expired_keys WHERE payment_id IN (SELECT id FROM purged_payments)`); err != nil {
-			return err
+			return 0, err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM refunds WHERE payment_id IN (SELECT id FROM purged_payments)`); err != nil {
-			return err
+			return 0, err
 		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM payments WHERE id IN (SELECT id FROM purged_payments)`)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		if n, err = res.RowsAffected(); err != nil {
-			return err
-		}
-		return freePages(ctx, tx)
+		return res.RowsAffected()
 	})
-	return int(n), err
 }
 
 // ListPayments returns up to f.Limit+1 payments of f.Scope, newest first,

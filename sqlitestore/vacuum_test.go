@@ -43,7 +43,7 @@ func purgeAll(t *testing.T, db *DB) int {
 	t.Helper()
 	total := 0
 	for {
-		n, err := db.Purge(context.Background(), time.Now().Add(-24*time.Hour), 500)
+		n, _, err := db.Purge(context.Background(), time.Now().Add(-24*time.Hour), 500)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,6 +71,27 @@ func TestNewFileShrinksWithItsPurges(t *testing.T) {
 	after, free := pragma(t, db, "page_count"), pragma(t, db, "freelist_count")
 	if after >= before*3/4 || free != 0 {
 		t.Errorf("pages after the purge = %d (%d free), before %d: want the file a quarter smaller at least, nothing left free", after, free, before)
+	}
+}
+
+// A purge batch gives no page back in its own transaction, whose time
+// would grow with every page moved: they are given back after it, freeStep
+// at a time, each step a write of its own, until none is free.
+func TestPurgeGivesPagesBackInSteps(t *testing.T) {
+	db := MustOpen(t, Options{})
+	fillUnpurged(t, db, 2000)
+	before := pragma(t, db, "page_count")
+	commits, _ := db.WriteStats()
+	if n, _, err := db.Purge(context.Background(), time.Now().Add(-24*time.Hour), 2000); n != 2000 || err != nil {
+		t.Fatalf("Purge = %d, %v, want 2,000", n, err)
+	}
+	after, _ := db.WriteStats()
+	freed := before - pragma(t, db, "page_count")
+	if freed <= 2*freeStep || pragma(t, db, "freelist_count") != 0 {
+		t.Fatalf("pages given back = %d, %d left free: want more than %d, none left", freed, pragma(t, db, "freelist_count"), 2*freeStep)
+	}
+	if got, want := after-commits, 1+(freed+freeStep-1)/freeStep; got != want {
+		t.Errorf("writes of the purge = %d, want %d: the batch, then a step for every %d of the %d pages it freed", got, want, freeStep, freed)
 	}
 }
 

@@ -44,6 +44,9 @@ type Writer struct {
 	quit    chan struct{}
 	stopped chan struct{}
 	once    sync.Once
+	// next is a write taken while a batch was collected that must run
+	// alone: the first of the next batch. Only run touches it.
+	next *writeOp
 	// The savepoint statements, parsed once: the driver keeps no statement
 	// cache, and parsing them was a fifth of a multi-statement write's CPU.
 	// Nil if they could not be prepared; then they are run as text.
@@ -77,8 +80,13 @@ type writeOp struct {
 	// oneStatement ops need no savepoint: SQLite undoes a failed statement
 	// by itself, leaving the transaction and the other ops' writes whole.
 	oneStatement bool
-	err          error
-	done         chan struct{}
+	// alone ops run in a transaction of their own, and learn how long it
+	// held the writer (held): from its BEGIN to its COMMIT's end, the
+	// checkpoint that COMMIT may run included.
+	alone bool
+	held  time.Duration
+	err   error
+	done  chan struct{}
 }
 
 // Write runs fn in the writer's next transaction, under a savepoint of its
@@ -88,6 +96,17 @@ type writeOp struct {
 // transaction shared by others.
 func (w *Writer) Write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return w.submit(ctx, &writeOp{fn: fn})
+}
+
+// WriteAlone runs fn as Write does, but in a transaction of its own, shared
+// with no other write, and returns how long that transaction held the
+// writer: not the wait to be taken, which is the other writes' time. A
+// long maintenance write (a purge batch) sizes itself by it; the writes
+// waiting behind it run in the next transaction.
+func (w *Writer) WriteAlone(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (held time.Duration, err error) {
+	op := &writeOp{fn: fn, alone: true}
+	err = w.submit(ctx, op)
+	return op.held, err
 }
 
 // Exec runs one prepared statement as a write, as Write does, and returns
@@ -134,20 +153,27 @@ func (w *Writer) submit(ctx context.Context, op *writeOp) error {
 func (w *Writer) run() {
 	defer close(w.stopped)
 	for {
-		var first *writeOp
-		select {
-		case first = <-w.ops:
-		case <-w.quit:
-			return
+		first := w.next
+		w.next = nil
+		if first == nil { // one set aside was handed over: it runs even after quit
+			select {
+			case first = <-w.ops:
+			case <-w.quit:
+				return
+			}
 		}
 		w.commit(w.collect(first))
 	}
 }
 
 // collect gathers the writes waiting now (and, with MaxWait, shortly) into
-// one batch of at most MaxBatch.
+// one batch of at most MaxBatch. A write that must run alone ends the
+// batch and starts the next.
 func (w *Writer) collect(first *writeOp) []*writeOp {
 	batch := []*writeOp{first}
+	if first.alone {
+		return batch
+	}
 	var deadline <-chan time.Time
 	if w.opts.MaxWait > 0 {
 		t := time.NewTimer(w.opts.MaxWait)
@@ -158,6 +184,10 @@ func (w *Writer) collect(first *writeOp) []*writeOp {
 		if deadline == nil {
 			select {
 			case op := <-w.ops:
+				if op.alone {
+					w.next = op
+					return batch
+				}
 				batch = append(batch, op)
 				continue
 			default:
@@ -166,6 +196,10 @@ func (w *Writer) collect(first *writeOp) []*writeOp {
 		}
 		select {
 		case op := <-w.ops:
+			if op.alone {
+				w.next = op
+				return batch
+			}
 			batch = append(batch, op)
 		case <-deadline:
 			return batch
@@ -186,6 +220,7 @@ func (w *Writer) commit(batch []*writeOp) {
 		}
 	}()
 	ctx := context.Background()
+	start := time.Now()
 	tx, err := w.db.BeginTx(ctx, nil)
 	if err != nil {
 		failAll(batch, err)
@@ -211,7 +246,9 @@ func (w *Writer) commit(batch []*writeOp) {
 			}
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	err = tx.Commit()
+	batch[0].held = time.Since(start) // read by an alone op, which is alone in its batch
+	if err != nil {
 		failAll(batch, err)
 		return
 	}

@@ -128,3 +128,59 @@ func TestCloseDrains(t *testing.T) {
 		t.Errorf("rows = %d, writes told they committed = %d: every answer must match the database", n, ok)
 	}
 }
+
+// A write made alone shares its transaction with no other write, and its
+// held time is its own transaction's, not the wait behind the writes
+// before it.
+func TestWriteAlone(t *testing.T) {
+	db, w := open(t, groupcommit.Options{})
+	insert, _ := db.Prepare(`INSERT INTO t (k, v) VALUES (?, 1)`)
+	const blocked = 500 * time.Millisecond
+	taken, queued := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // holds the writer until the others queue up, then blocked more
+		w.Write(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+			close(taken)
+			<-queued
+			time.Sleep(blocked)
+			return nil
+		})
+	})
+	<-taken
+	for i := range 4 {
+		wg.Go(func() {
+			if _, err := w.Exec(context.Background(), insert, nil, fmt.Sprint("shared-", i)); err != nil {
+				t.Errorf("write %d: %v", i, err)
+			}
+		})
+	}
+	var held, total time.Duration
+	wg.Go(func() {
+		start := time.Now()
+		var err error
+		held, err = w.WriteAlone(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+			time.Sleep(20 * time.Millisecond)
+			_, err := tx.ExecContext(ctx, `INSERT INTO t (k, v) VALUES ('alone', 1)`)
+			return err
+		})
+		total = time.Since(start)
+		if err != nil {
+			t.Errorf("WriteAlone: %v", err)
+		}
+	})
+	for w.Queued() < 5 {
+		time.Sleep(time.Millisecond)
+	}
+	close(queued)
+	wg.Wait()
+	if n := count(t, db); n != 5 {
+		t.Errorf("rows = %d, want 5", n)
+	}
+	// The blocker's, the alone write's, and one or two of the other four.
+	if commits, writes := w.Stats(); commits < 3 || writes != 6 {
+		t.Errorf("commits = %d for %d writes, want at least 3 for 6: the alone write in a transaction of its own", commits, writes)
+	}
+	if held < 20*time.Millisecond || held > total-blocked {
+		t.Errorf("held = %s of %s from the call, want at least its own 20ms and not the %s it waited", held, total, blocked)
+	}
+}

@@ -284,7 +284,7 @@ func testDeliveryBacklogAndPurge(t *testing.T, h Harness) {
 	if b, _ := s.DeliveryBacklog(ctx); b.Pending != 1 {
 		t.Errorf("pending after one delivered = %d, want 1", b.Pending)
 	}
-	if n, err := s.PurgeOutbox(ctx, t0.Add(time.Hour), 10); n != 1 || err != nil {
+	if n, _, err := s.PurgeOutbox(ctx, t0.Add(time.Hour), 10); n != 1 || err != nil {
 		t.Errorf("PurgeOutbox = %d, %v, want the delivered event alone", n, err)
 	}
 	left := events(t, s, m.ID)
@@ -297,7 +297,7 @@ func testDeliveryBacklogAndPurge(t *testing.T, h Harness) {
 	if err := s.DisableEndpoint(ctx, ep.ID, "gone", t0); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.PurgeOutbox(ctx, t0.Add(time.Hour), 10); n != 1 || err != nil {
+	if n, _, err := s.PurgeOutbox(ctx, t0.Add(time.Hour), 10); n != 1 || err != nil {
 		t.Errorf("PurgeOutbox once the endpoint is disabled = %d, %v, want 1", n, err)
 	}
 	if b, _ := s.DeliveryBacklog(ctx); b.Pending != 0 || !b.Oldest.IsZero() {

@@ -249,7 +249,7 @@ func testPaymentsOutliveKeys(t *testing.T, h Harness) {
 	if p := mustPayment(t, db, id); p.Key != "pay" || p.Status != payment.Succeeded || p.ChargeID != "ch_pay" {
 		t.Errorf("payment = %+v, want succeeded under its key", p)
 	}
-	if n, err := db.PurgePayments(ctx, t0.Add(time.Hour), 10); n != 0 || err != nil {
+	if n, _, err := db.PurgePayments(ctx, t0.Add(time.Hour), 10); n != 0 || err != nil {
 		t.Errorf("PurgePayments while the keys are kept = %d, %v, want 0", n, err)
 	}
 	r1 := refundAttempt("r1", id, 100)
@@ -257,7 +257,7 @@ func testPaymentsOutliveKeys(t *testing.T, h Harness) {
 	if ok, err := db.Record(ctx, payment.KindRefund, "s", "r1", 1, payment.Outcome{Status: payment.Succeeded, ResponseStatus: 201, ResponseBody: []byte("{}\n")}, t0); !ok || err != nil {
 		t.Fatalf("Record(r1) = %v, %v", ok, err)
 	}
-	if n, err := db.Purge(ctx, t0.Add(time.Hour), 10); n != 3 || err != nil {
+	if n, _, err := db.Purge(ctx, t0.Add(time.Hour), 10); n != 3 || err != nil {
 		t.Fatalf("Purge = %d, %v, want the 3 final attempts (two payments, a refund)", n, err)
 	}
 	// A purged refund key is spent too, whatever it is used for next.
@@ -286,7 +286,7 @@ func testPaymentsOutliveKeys(t *testing.T, h Harness) {
 			t.Errorf("the other merchant's first claim of %s = %v, %v, want claimed", key, ok, err)
 		}
 	}
-	if n, err := db.PurgePayments(ctx, t0.Add(time.Hour), 10); n != 1 || err != nil {
+	if n, _, err := db.PurgePayments(ctx, t0.Add(time.Hour), 10); n != 1 || err != nil {
 		t.Errorf("PurgePayments = %d, %v, want 1: not the one with a refund in progress", n, err)
 	}
 	if _, err := db.Payment(ctx, "s", id); payment.ErrorCode(err) != payment.ENOTFOUND {
@@ -327,7 +327,7 @@ func testAnswer(t *testing.T, h Harness) {
 	if _, err := db.Answer(ctx, "s", "k"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := db.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
+	if n, _, err := db.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
 		t.Fatalf("Purge = %d, %v, want 1", n, err)
 	}
 	if got, err := db.Answer(ctx, "s", "k"); payment.ErrorCode(err) != payment.ENOTFOUND {
@@ -384,7 +384,7 @@ func testReplaysSeePurges(t *testing.T, h Harness) {
 	}
 
 	settle("k1")
-	if n, err := db.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
+	if n, _, err := db.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
 		t.Fatalf("Purge = %d, %v", n, err)
 	}
 	if answered("k1") {
@@ -392,7 +392,7 @@ func testReplaysSeePurges(t *testing.T, h Harness) {
 	}
 
 	settle("k2")
-	if n, err := other.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
+	if n, _, err := other.Purge(ctx, t0.Add(time.Second), 10); n != 1 || err != nil {
 		t.Fatalf("Purge by another process = %d, %v", n, err)
 	}
 	now = now.Add(replaycache.TTL)
@@ -517,7 +517,7 @@ func testInboxLeasesAndPurge(t *testing.T, h Harness) {
 			t.Errorf("StrandedEvents(before %v, max %d tries) = %d, %v; want %d (the failed event)", c.before.Sub(finished), c.maxAttempts, len(stranded), err, c.want)
 		}
 	}
-	if n, err := db.PurgeEvents(ctx, t0.Add(time.Hour), 10); n != 2 || err != nil {
+	if n, _, err := db.PurgeEvents(ctx, t0.Add(time.Hour), 10); n != 2 || err != nil {
 		t.Errorf("PurgeEvents = %d, %v, want the processed and the ignored one", n, err)
 	}
 	if _, err := db.InboxEvent(ctx, "sim", "evt_b"); err != nil {

@@ -266,7 +266,7 @@ func testPurgeKeepsQueued(t *testing.T, h Harness) {
 	}
 	a, _ := queue(t, s, "s", "q", 500, "EUR")
 	other, _ := queue(t, s, otherScope, "q", 500, "EUR")
-	if n, err := s.Purge(ctx, t0.Add(48*time.Hour), 100); n != 0 || err != nil {
+	if n, _, err := s.Purge(ctx, t0.Add(48*time.Hour), 100); n != 0 || err != nil {
 		t.Errorf("Purge = %d, %v, want 0: a queued attempt is not final", n, err)
 	}
 	mustAttempt(t, s, "q")
@@ -279,10 +279,10 @@ func testPurgeKeepsQueued(t *testing.T, h Harness) {
 	if ok, err := s.Forwarded(ctx, a.ID, fence, payment.Outcome{Status: payment.Expired, FailureCode: "offline_expired"}, t0); !ok || err != nil {
 		t.Fatalf("Forwarded = %v, %v", ok, err)
 	}
-	if n, err := s.Purge(ctx, t0.Add(48*time.Hour), 100); n != 1 || err != nil {
+	if n, _, err := s.Purge(ctx, t0.Add(48*time.Hour), 100); n != 1 || err != nil {
 		t.Errorf("Purge of the expired = %d, %v, want 1", n, err)
 	}
-	if n, err := s.PurgePayments(ctx, t0.Add(48*time.Hour), 100); n != 1 || err != nil {
+	if n, _, err := s.PurgePayments(ctx, t0.Add(48*time.Hour), 100); n != 1 || err != nil {
 		t.Errorf("PurgePayments of the expired = %d, %v, want 1", n, err)
 	}
 	stillQueued(t, s, other)

@@ -311,7 +311,7 @@ func testOutboxPurge(t *testing.T, h Harness) {
 	}
 	before := t0.Add(90 * time.Minute)
 	for _, c := range []struct{ limit, want int }{{1, 1}, {10, 1}, {10, 0}} {
-		if n, err := s.PurgeOutbox(ctx, before, c.limit); n != c.want || err != nil {
+		if n, _, err := s.PurgeOutbox(ctx, before, c.limit); n != c.want || err != nil {
 			t.Errorf("PurgeOutbox(limit %d) = %d, %v, want %d", c.limit, n, err, c.want)
 		}
 	}

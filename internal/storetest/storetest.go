@@ -397,14 +397,15 @@ func testStaleAndPurge(t *testing.T, h Harness) {
 	}
 
 	// Retention reaches min(5): two final attempts are older, one is not,
-	// and the in-progress ones are older still but stay.
-	if n, err := db.Purge(ctx, min(5), 1); n != 1 || err != nil {
-		t.Errorf("Purge, batch of 1 = %d, %v, want 1", n, err)
+	// and the in-progress ones are older still but stay. A batch tells how
+	// long it held the writing: the Purger sizes the next by it.
+	if n, held, err := db.Purge(ctx, min(5), 1); n != 1 || held <= 0 || err != nil {
+		t.Errorf("Purge, batch of 1 = %d, held %s, %v, want 1, held some time", n, held, err)
 	}
-	if n, err := db.Purge(ctx, min(5), 10); n != 1 || err != nil {
+	if n, _, err := db.Purge(ctx, min(5), 10); n != 1 || err != nil {
 		t.Errorf("Purge, batch of 10 = %d, %v, want the 1 left", n, err)
 	}
-	if n, err := db.Purge(ctx, min(5), 10); n != 0 || err != nil {
+	if n, _, err := db.Purge(ctx, min(5), 10); n != 0 || err != nil {
 		t.Errorf("Purge again = %d, %v, want 0", n, err)
 	}
 	counts, err := db.Counts(ctx)
@@ -414,7 +415,7 @@ func testStaleAndPurge(t *testing.T, h Harness) {
 	if want := map[payment.Status]int{payment.InProgress: 5, payment.Succeeded: 1}; fmt.Sprint(counts) != fmt.Sprint(want) {
 		t.Errorf("Counts after purge = %v, want %v", counts, want)
 	}
-	if n, err := db.Purge(ctx, min(1000), 10); n != 1 || err != nil {
+	if n, _, err := db.Purge(ctx, min(1000), 10); n != 1 || err != nil {
 		t.Errorf("Purge of everything final = %d, %v, want 1: never an attempt in progress", n, err)
 	}
 }
