@@ -15,6 +15,8 @@
 #   PG=postgres://... scripts/bench-years.sh
 #                                           fill that (empty) PostgreSQL database
 #                                           instead, and measure it alone
+#   PG=postgres://... KEYS=/path/keys.txt scripts/bench-years.sh
+#                                           one filled before, with its sizes
 #
 # The big file is changed: vacuumed if it is not INCREMENTAL yet (timed),
 # then purged. Load runs last DURATION seconds (default 30).
@@ -168,11 +170,14 @@ rm -f "$small"*
 "$work/oncepay" bench fill --db "$small" --payments 2000 --live-keys 1000 --unpurged 500 --merchants $merchants >"$work/small-keys.txt" 2>/dev/null
 if [ -n "${PG:-}" ]; then # PostgreSQL: the fill and the measures, nothing else
   echo "PostgreSQL ($(sql "$PG" 'SHOW server_version'), autovacuum $(sql "$PG" 'SHOW autovacuum'), scale factor $(sql "$PG" 'SHOW autovacuum_vacuum_scale_factor')):"
-  start=$(date +%s)
-  "$work/oncepay" bench fill --db "$PG" --payments "$payments" --live-keys "$live" --unpurged "$unpurged" --merchants $merchants >"$work/pg-keys.txt"
-  echo "fill: $payments payments in $(( $(date +%s) - start ))s"
+  if [ -z "${KEYS:-}" ]; then
+    KEYS=$work/pg-keys.txt
+    start=$(date +%s)
+    "$work/oncepay" bench fill --db "$PG" --payments "$payments" --live-keys "$live" --unpurged "$unpurged" --merchants $merchants >"$KEYS"
+    echo "fill: $payments payments in $(( $(date +%s) - start ))s"
+  fi
   sql "$PG" 'ANALYZE' >/dev/null
-  measure "$PG" "$work/pg-keys.txt" $((payments - live)) "$live"
+  measure "$PG" "$KEYS" $((payments - live)) "$live"
   exit 0
 fi
 if [ -z "${BIG:-}" ]; then
