@@ -54,7 +54,8 @@ type Options struct {
 	// so it does not grow with the load. Close puts synchronous back to
 	// FULL and then checkpoints the whole WAL into the file, synced. These
 	// are the connection's settings, not the file's: the next Open is
-	// durable as ever. A load killed halfway leaves a file to delete.
+	// durable as ever. A power loss during the load may leave a file to
+	// delete.
 	BulkLoad bool
 	// Driver is the database/sql driver name the store opens the file with.
 	// Default "sqlite" (modernc.org/sqlite); a test wraps it to see every
