@@ -93,14 +93,19 @@ load() {
     "$(awk '$1 == "99%" {print $2}' <<<"$out")" "$(awk '/Non-2xx/{print $NF}' <<<"$out" | grep . || echo 0)"
 }
 
-# p99 NAME AUTH PATH: curl's time of 200 GETs, p50 and p99 in ms.
+# p99 NAME AUTH PATH: curl's time of 200 GETs, p50 and p99 in ms, then the
+# server's own (its request log's duration_ms).
 p99() {
-  local name=$1 auth=$2 path=$3
+  local name=$1 auth=$2 path=$3 log from
+  log=$work/log-$(basename "$db")
+  from=$(wc -l <"$log")
   for _ in $(seq 200); do
     curl -s -o /dev/null -w '%{http_code} %{time_total}\n' -H "Authorization: Bearer $auth" "http://127.0.0.1:$port$path"
   done | sort -k2 -n | awk -v n="$name" '{c[NR] = $1; t[NR] = $2} END {
     bad = 0; for (i = 1; i <= NR; i++) if (c[i] != 200) bad++
-    printf "  %-28s p50 %6.1f ms  p99 %6.1f ms  (non-200: %d)\n", n, t[int(NR * 0.5)] * 1000, t[int(NR * 0.99)] * 1000, bad }'
+    printf "  %-28s p50 %6.1f ms  p99 %6.1f ms  (non-200: %d)", n, t[int(NR * 0.5)] * 1000, t[int(NR * 0.99)] * 1000, bad }'
+  tail -n +"$((from + 1))" "$log" | grep '"msg":"request".*"method":"GET"' | grep -o '"duration_ms":[0-9.e+-]*' | cut -d: -f2 |
+    sort -g | awk '{t[NR] = $1} END {printf "  server p50 %6.1f ms  p99 %6.1f ms\n", t[int(NR * 0.5)], t[int(NR * 0.99)]}'
 }
 
 size() { stat -c %s "$1"; }
