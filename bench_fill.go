@@ -51,6 +51,7 @@ func runBenchFill(ctx context.Context, args []string, getenv func(string) string
 	case span <= retention+3*time.Hour || retention <= 0:
 		return errors.New("bench fill: --span must be more than --retention plus 3h, and --retention positive")
 	}
+	cfg.bulkLoad = true
 	db, err := cfg.openStore(ctx)
 	if err != nil {
 		return err

@@ -45,6 +45,7 @@ type config struct {
 	demo              bool
 	public            bool // demo on an address other than loopback
 	serves            bool // serve or demo, not a one-shot command
+	bulkLoad          bool // bench fill: sqlitestore.Options.BulkLoad
 	simDB             string
 	simFaults         sim.Faults
 	simKeyWindow      time.Duration
@@ -394,7 +395,7 @@ func (c *config) openStore(ctx context.Context) (payment.Database, error) {
 	// cannot know whether the file it writes is replicated: its few pages are
 	// checkpointed by the server's writer, or when the last connection closes.
 	return sqlitestore.Open(ctx, c.db, schema, sqlitestore.Options{MaxBatch: c.maxBatch, MaxWait: c.batchWait,
-		ReplayCacheBytes: cacheBytes(c.replayCacheMB), NoCheckpoint: !c.serves || c.replica.url != ""})
+		ReplayCacheBytes: cacheBytes(c.replayCacheMB), NoCheckpoint: !c.serves || c.replica.url != "", BulkLoad: c.bulkLoad})
 }
 
 // cacheBytes is --replay-cache-mb as the stores' option: negative for none.

@@ -39,7 +39,11 @@ func (db *DB) ListAttempts(ctx context.Context, f payment.AttemptFilter) ([]paym
 		// "demo": the scope of demo mode (server.DemoScope), which has no
 		// merchant row.
 		s := arg(f.Search)
-		where = append(where, `(a.id = `+s+` OR a.idempotency_key = `+s+` AND a.scope IN (SELECT id FROM merchants UNION ALL SELECT 'demo'))`)
+		// scope = ANY(ARRAY(...)), not IN (SELECT ...): an array is an
+		// index condition, so the key is looked up in each merchant's part
+		// of the primary key; IN was a filter beside a condition on the
+		// key alone, the second column, which read the whole index.
+		where = append(where, `(a.id = `+s+` OR a.idempotency_key = `+s+` AND a.scope = ANY(ARRAY(SELECT id FROM merchants UNION ALL SELECT 'demo')))`)
 	}
 	at := "a.created_at"
 	if f.Status != "" {

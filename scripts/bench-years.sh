@@ -22,6 +22,8 @@
 #   ONCEPAY=/path/to/oncepay                that binary, not one built from here
 #                                           (to compare two builds on copies of
 #                                           one file, run after run)
+#   PG=postgres://... KEYS=/path/keys.txt scripts/bench-years.sh
+#                                           one filled before, with its sizes
 #
 # The big file is changed: vacuumed if it is not INCREMENTAL yet (timed),
 # then purged. Load runs last DURATION seconds (default 30).
@@ -102,14 +104,19 @@ load() {
     "$(awk '$1 == "99%" {print $2}' <<<"$out")" "$(awk '/Non-2xx/{print $NF}' <<<"$out" | grep . || echo 0)"
 }
 
-# p99 NAME AUTH PATH: curl's time of 200 GETs, p50 and p99 in ms.
+# p99 NAME AUTH PATH: curl's time of 200 GETs, p50 and p99 in ms, then the
+# server's own (its request log's duration_ms).
 p99() {
-  local name=$1 auth=$2 path=$3
+  local name=$1 auth=$2 path=$3 log from
+  log=$work/log-$(basename "$db")
+  from=$(wc -l <"$log")
   for _ in $(seq 200); do
     curl -s -o /dev/null -w '%{http_code} %{time_total}\n' -H "Authorization: Bearer $auth" "http://127.0.0.1:$port$path"
   done | sort -k2 -n | awk -v n="$name" '{c[NR] = $1; t[NR] = $2} END {
     bad = 0; for (i = 1; i <= NR; i++) if (c[i] != 200) bad++
-    printf "  %-28s p50 %6.1f ms  p99 %6.1f ms  (non-200: %d)\n", n, t[int(NR * 0.5)] * 1000, t[int(NR * 0.99)] * 1000, bad }'
+    printf "  %-28s p50 %6.1f ms  p99 %6.1f ms  (non-200: %d)", n, t[int(NR * 0.5)] * 1000, t[int(NR * 0.99)] * 1000, bad }'
+  tail -n +"$((from + 1))" "$log" | grep '"msg":"request".*"method":"GET"' | grep -o '"duration_ms":[0-9.e+-]*' | cut -d: -f2 |
+    sort -g | awk '{t[NR] = $1} END {printf "  server p50 %6.1f ms  p99 %6.1f ms\n", t[int(NR * 0.5)], t[int(NR * 0.99)]}'
 }
 
 size() { stat -c %s "$1"; }
@@ -190,11 +197,14 @@ rm -f "$small"*
 "$work/oncepay" bench fill --db "$small" --payments 2000 --live-keys 1000 --unpurged 500 --merchants $merchants >"$work/small-keys.txt" 2>/dev/null
 if [ -n "${PG:-}" ]; then # PostgreSQL: the fill and the measures, nothing else
   echo "PostgreSQL ($(sql "$PG" 'SHOW server_version'), autovacuum $(sql "$PG" 'SHOW autovacuum'), scale factor $(sql "$PG" 'SHOW autovacuum_vacuum_scale_factor')):"
-  start=$(date +%s)
-  "$work/oncepay" bench fill --db "$PG" --payments "$payments" --live-keys "$live" --unpurged "$unpurged" --merchants $merchants >"$work/pg-keys.txt"
-  echo "fill: $payments payments in $(( $(date +%s) - start ))s"
+  if [ -z "${KEYS:-}" ]; then
+    KEYS=$work/pg-keys.txt
+    start=$(date +%s)
+    "$work/oncepay" bench fill --db "$PG" --payments "$payments" --live-keys "$live" --unpurged "$unpurged" --merchants $merchants >"$KEYS"
+    echo "fill: $payments payments in $(( $(date +%s) - start ))s"
+  fi
   sql "$PG" 'ANALYZE' >/dev/null
-  measure "$PG" "$work/pg-keys.txt" $((payments - live)) "$live"
+  measure "$PG" "$KEYS" $((payments - live)) "$live"
   exit 0
 fi
 if [ -z "${BIG:-}" ]; then

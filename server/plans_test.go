@@ -30,9 +30,13 @@ type plans struct {
 	mu    sync.Mutex
 	plans map[string][]string
 	args  map[string][]any // PostgreSQL: the arguments it ran with, to EXPLAIN later
+	// PostgreSQL: the first column of each index of a large table.
+	leading map[string]string
 }
 
-func newPlans() *plans { return &plans{plans: map[string][]string{}, args: map[string][]any{}} }
+func newPlans() *plans {
+	return &plans{plans: map[string][]string{}, args: map[string][]any{}, leading: map[string]string{}}
+}
 
 func (p *plans) seen(q string) bool {
 	p.mu.Lock()
@@ -167,7 +171,8 @@ func (pgTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData)
 // purge run of every kind is planned on an index. SQLite's plan may not
 // SCAN a large table; PostgreSQL's, with sequential scans disabled so that
 // a small table's plan shows whether an index could serve it, may not
-// Seq Scan one.
+// Seq Scan one, nor give an index of one a condition that leaves out the
+// index's first column (which reads the whole index).
 func TestNoFullScanBehindAnyPage(t *testing.T) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
@@ -264,6 +269,22 @@ func explainPostgres(t *testing.T, e *env, ps *plans) {
 	if _, err := conn.Exec(ctx, `SET enable_seqscan = off`); err != nil {
 		t.Fatal(err)
 	}
+	// Each index's first column: a condition that does not name it reads
+	// the whole index (checkPlans).
+	rows, err := conn.Query(ctx, `SELECT i.indexrelid::regclass::text, a.attname FROM pg_index i
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+		WHERE i.indrelid::regclass::text = ANY($1)`, largeTables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var index, column string
+		if err := rows.Scan(&index, &column); err != nil {
+			t.Fatal(err)
+		}
+		ps.leading[index] = column
+	}
+	rows.Close()
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	for q, args := range ps.args {
@@ -314,9 +335,21 @@ func checkPlans(t *testing.T, ps *plans, postgres bool) {
 		queries = append(queries, q)
 	}
 	sort.Strings(queries)
+	indexScan := regexp.MustCompile(`Index (?:Only )?Scan (?:Backward )?(?:using|on) (\w+)`)
 	for _, q := range queries {
 		plan := ps.plans[q]
+		index := "" // the index the line before scans, if any
 		for _, line := range plan {
+			// An index condition that does not name the index's first
+			// column reads the whole index, as a Seq Scan would the table.
+			if col, ok := ps.leading[index]; ok && strings.HasPrefix(strings.TrimSpace(line), "Index Cond:") &&
+				!regexp.MustCompile(`\b`+col+`\b`).MatchString(line) {
+				t.Errorf("whole index %s read (no condition on %s):\n%s\nplan:\n  %s", index, col, oneLine(q), strings.Join(plan, "\n  "))
+			}
+			index = ""
+			if m := indexScan.FindStringSubmatch(line); m != nil {
+				index = m[1]
+			}
 			if strings.HasPrefix(line, "EXPLAIN failed") {
 				t.Errorf("%s\n%s", line, q)
 			}

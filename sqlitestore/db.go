@@ -45,6 +45,18 @@ type Options struct {
 	// before it reaches the database file (package replica) checkpoints
 	// instead, after it has copied them.
 	NoCheckpoint bool
+	// BulkLoad tunes the writer's own connection for a one-shot bulk load
+	// (oncepay bench fill) into a file nothing else uses: a page cache of
+	// BulkCacheBytes, so a batch's pages are not spilled to the WAL and
+	// read back before its commit; no fsync per commit (synchronous=OFF)
+	// (its statement journals are in memory, as every writer's); and the
+	// writer checkpoints the WAL as it goes, whatever NoCheckpoint says,
+	// so it does not grow with the load. Close puts synchronous back to
+	// FULL and then checkpoints the whole WAL into the file, synced. These
+	// are the connection's settings, not the file's: the next Open is
+	// durable as ever. A power loss during the load may leave a file to
+	// delete.
+	BulkLoad bool
 	// Driver is the database/sql driver name the store opens the file with.
 	// Default "sqlite" (modernc.org/sqlite); a test wraps it to see every
 	// statement the store runs.
@@ -57,6 +69,7 @@ type DB struct {
 	w, r   *sql.DB
 	writer *groupcommit.Writer // the only writer on w
 	dsn    string              // the writer's, for Backup and Vacuum
+	bulk   bool                // Options.BulkLoad
 	path   string              // the file
 	driver string              // Options.Driver
 	stmt   statements
@@ -65,6 +78,12 @@ type DB struct {
 	// no table either; nil if Options.ReplayCacheBytes is negative.
 	answers *replaycache.Cache
 }
+
+// BulkCacheBytes is the writer's page cache under Options.BulkLoad:
+// expired_keys' primary key, the one index a fill writes at random places
+// (a hash), is about 1.6 GB at ten million payments (149 bytes a key,
+// measured) and fits in it.
+const BulkCacheBytes = 2 << 30
 
 // ErrClosed is returned by writes after Close.
 var ErrClosed = &payment.Error{Code: payment.EUNAVAILABLE, Message: "The service is shutting down; retry shortly."}
@@ -105,17 +124,23 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		q.Set("_txlock", "immediate")
 		return q
 	}
-	wq := pragmas(fresh).Encode()
+	wq := pragmas(fresh)
+	if opts.BulkLoad {
+		wq.Add("_pragma", fmt.Sprintf("cache_size(%d)", -BulkCacheBytes/1024))
+		wq.Add("_pragma", "synchronous(OFF)") // after synchronous(FULL): the last one holds
+		opts.NoCheckpoint = false
+	}
+	dsn := path + "?" + wq.Encode()
 	if opts.NoCheckpoint {
 		// The writer's alone: the readers never commit, so never checkpoint.
-		wq += "&_pragma=wal_autocheckpoint%280%29"
+		dsn += "&_pragma=wal_autocheckpoint%280%29"
 	}
 	// The writer's journal of each savepoint (every write of a group
 	// commit has one) stays in memory: on disk it spilled to a temporary
 	// file past 64 KiB, opened, written and deleted by every batch: 15-21%
 	// of the store's CPU per new payment (BENCHMARKS.md). The writer only:
 	// VACUUM and VACUUM INTO (dsn) would build their whole copy in memory.
-	w, err := sql.Open(opts.Driver, path+"?"+wq+"&_pragma=temp_store%28MEMORY%29")
+	w, err := sql.Open(opts.Driver, dsn+"&_pragma=temp_store%28MEMORY%29")
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +173,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		r.Close()
 		return nil, err
 	}
-	db := &DB{w: w, r: r, dsn: path + "?" + wq, path: path, driver: opts.Driver, stmt: stmt, keys: &keyView{now: opts.Now},
+	db := &DB{w: w, r: r, dsn: dsn, path: path, bulk: opts.BulkLoad, driver: opts.Driver, stmt: stmt, keys: &keyView{now: opts.Now},
 		writer: groupcommit.New(w, groupcommit.Options{MaxBatch: opts.MaxBatch, MaxWait: opts.MaxWait})}
 	if opts.ReplayCacheBytes == 0 {
 		opts.ReplayCacheBytes = replaycache.DefaultBytes
@@ -160,7 +185,16 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 // Close finishes the writes already queued, then closes the database.
 func (db *DB) Close() error {
 	db.writer.Close()
-	return errors.Join(db.w.Close(), db.r.Close())
+	var err error
+	if db.bulk {
+		// Durable again before the last checkpoint, so that one syncs
+		// the file.
+		_, err = db.w.Exec(`PRAGMA synchronous = FULL`)
+		if err == nil {
+			_, err = db.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
+		}
+	}
+	return errors.Join(err, db.w.Close(), db.r.Close())
 }
 
 // write runs fn in a shared transaction under its own savepoint; see

@@ -653,6 +653,42 @@ func TestNoCheckpoint(t *testing.T) {
 	}
 }
 
+// BulkLoad tunes the writer's connection alone, and only until Close: the
+// load's connection has a large cache, its statement journals in memory, no
+// fsync per commit and checkpoints (NoCheckpoint or not); after Close the
+// WAL is folded into the file, and the file opens as durable as any.
+func TestBulkLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "oncepay.db")
+	db := mustOpenPath(t, path, Options{BulkLoad: true, NoCheckpoint: true})
+	for name, want := range map[string]int64{"synchronous": 0, "temp_store": 2,
+		"cache_size": -BulkCacheBytes / 1024, "wal_autocheckpoint": 1000} {
+		if got := pragma(t, db, name); got != want {
+			t.Errorf("BulkLoad: %s = %d, want %d", name, got, want)
+		}
+	}
+	fillUnpurged(t, db, 600)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path + "-wal"); err == nil && fi.Size() > 0 {
+		t.Errorf("after Close the WAL holds %d bytes, want it checkpointed", fi.Size())
+	}
+	db = mustOpenPath(t, path, Options{})
+	for name, want := range map[string]int64{"synchronous": 2, "auto_vacuum": autoVacuumIncremental} {
+		if got := pragma(t, db, name); got != want {
+			t.Errorf("reopened: %s = %d, want %d", name, got, want)
+		}
+	}
+	var mode string
+	var payments int
+	if err := db.r.QueryRow(`SELECT (SELECT journal_mode FROM pragma_journal_mode), (SELECT count(*) FROM payments)`).Scan(&mode, &payments); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "wal" || payments != 600 {
+		t.Errorf("reopened: journal_mode %s, %d payments; want wal, 600", mode, payments)
+	}
+}
+
 // A restored file is marked until serve has settled it, and no lease in it
 // outlives the restore: their holders ran on the machine that was lost.
 func TestMarkRestored(t *testing.T) {
