@@ -53,7 +53,7 @@
  * | reconcile-record | payment.(*Service).settle       | return s.operation(a.Kind).notCompleted(a), true    |
  * | reconcile-record | payment.(*Service).confirm      | o, found = absent(a)                                |
  * | reconcile-record | payment.(*Service).confirm      | s.Store.Record(ctx, a.Kind, a.Scope, a.Key, a.Fence |
- * | provider-dedupe  | sim.(*Sim).Charge               | c, stored, err = s.byKey(ctx, req.IdempotencyKey)   |
+ * | provider-dedupe  | sim.(*Sim).Charge               | c = stored // a replay                              |
  * | provider-lookup  | sim.(*Sim).Lookup               | s.byKey(ctx, req.IdempotencyKey)                    |
  *
  * Properties (the ltl blocks at the end; -N picks one; safe is the first
