@@ -259,8 +259,7 @@ func (db *DB) RefundByID(ctx context.Context, id string) (*payment.Refund, error
 // to its payment, with e, in one transaction. The guarded UPDATE decides:
 // a racing one waits for the row, then finds it failed and matches nothing.
 func (db *DB) FailRefund(ctx context.Context, scope, id, failureCode string, e *payment.OutboxEvent, now time.Time) (ok bool, err error) {
-	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		ok = false
+	return db.changeWithEvent(ctx, e, func(tx pgx.Tx) (bool, error) {
 		var (
 			paymentID string
 			amount    int64
@@ -269,13 +268,25 @@ func (db *DB) FailRefund(ctx context.Context, scope, id, failureCode string, e *
 			WHERE id = $3 AND scope = $4 AND status = 'succeeded'
 			RETURNING payment_id, amount`, nullString(failureCode), ms(now), id, scope).Scan(&paymentID, &amount)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE payments SET amount_refunded = amount_refunded - $1, updated_at = $2
-			WHERE id = $3 AND scope = $4`, amount, ms(now), paymentID, scope); err != nil {
+		_, err = tx.Exec(ctx, `UPDATE payments SET amount_refunded = amount_refunded - $1, updated_at = $2
+			WHERE id = $3 AND scope = $4`, amount, ms(now), paymentID, scope)
+		return err == nil, err
+	})
+}
+
+// changeWithEvent runs change in one transaction and, if it changed
+// something, puts e in the outbox in that same transaction. It reports
+// whether it did.
+func (db *DB) changeWithEvent(ctx context.Context, e *payment.OutboxEvent, change func(tx pgx.Tx) (bool, error)) (ok bool, err error) {
+	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		ok = false
+		changed, err := change(tx)
+		if err != nil || !changed {
 			return err
 		}
 		if err := insertEvent(ctx, tx, e); err != nil {
@@ -294,24 +305,12 @@ func (db *DB) FailRefund(ctx context.Context, scope, id, failureCode string, e *
 // payment holds: no dispute or another one, or this one, open, in another
 // status. A closed one stays closed.
 func (db *DB) SetDispute(ctx context.Context, scope, id string, d payment.Dispute, e *payment.OutboxEvent, now time.Time) (ok bool, err error) {
-	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		ok = false
+	return db.changeWithEvent(ctx, e, func(tx pgx.Tx) (bool, error) {
 		tag, err := tx.Exec(ctx, `UPDATE payments
 			SET dispute_id = $1, dispute_status = $2, dispute_reason = $3, dispute_amount = $4, updated_at = $5
 			WHERE id = $6 AND scope = $7 AND (dispute_id IS NULL OR dispute_id <> $1
 				OR dispute_status <> $2 AND dispute_status NOT IN ('won', 'lost', 'warning_closed'))`,
 			d.ID, d.Status, nullString(d.Reason), d.Amount, ms(now), id, scope)
-		if err != nil || tag.RowsAffected() == 0 {
-			return err
-		}
-		if err := insertEvent(ctx, tx, e); err != nil {
-			return err
-		}
-		ok = true
-		return nil
+		return err == nil && tag.RowsAffected() > 0, err
 	})
-	if err != nil {
-		return false, mapErr(err)
-	}
-	return ok, nil
 }

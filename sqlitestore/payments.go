@@ -269,8 +269,7 @@ func (db *DB) RefundByID(ctx context.Context, id string) (*payment.Refund, error
 // to its payment, with e, in one write: the guarded UPDATE (status still
 // succeeded) decides, so of many racing only one moves the money back.
 func (db *DB) FailRefund(ctx context.Context, scope, id, failureCode string, e *payment.OutboxEvent, now time.Time) (ok bool, err error) {
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		ok = false
+	return db.changeWithEvent(ctx, e, func(ctx context.Context, tx *sql.Tx) (bool, error) {
 		var (
 			paymentID string
 			amount    int64
@@ -279,13 +278,24 @@ func (db *DB) FailRefund(ctx context.Context, scope, id, failureCode string, e *
 			WHERE id = ? AND scope = ? AND status = 'succeeded'
 			RETURNING payment_id, amount`, nullString(failureCode), ms(now), id, scope).Scan(&paymentID, &amount)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE payments SET amount_refunded = amount_refunded - ?, updated_at = ?
-			WHERE id = ? AND scope = ?`, amount, ms(now), paymentID, scope); err != nil {
+		_, err = tx.ExecContext(ctx, `UPDATE payments SET amount_refunded = amount_refunded - ?, updated_at = ?
+			WHERE id = ? AND scope = ?`, amount, ms(now), paymentID, scope)
+		return err == nil, err
+	})
+}
+
+// changeWithEvent runs change in one write and, if it changed something,
+// puts e in the outbox in that same write. It reports whether it did.
+func (db *DB) changeWithEvent(ctx context.Context, e *payment.OutboxEvent, change func(ctx context.Context, tx *sql.Tx) (bool, error)) (ok bool, err error) {
+	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		ok = false // a write is run once, but start from nothing all the same
+		changed, err := change(ctx, tx)
+		if err != nil || !changed {
 			return err
 		}
 		if err := db.insertEvent(ctx, tx, e); err != nil {
@@ -305,22 +315,14 @@ const disputeChanges = `(dispute_id IS NULL OR dispute_id <> ?1
 // SetDispute stores d on the payment, with e, if it changes what the
 // payment holds.
 func (db *DB) SetDispute(ctx context.Context, scope, id string, d payment.Dispute, e *payment.OutboxEvent, now time.Time) (ok bool, err error) {
-	err = db.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		ok = false
+	return db.changeWithEvent(ctx, e, func(ctx context.Context, tx *sql.Tx) (bool, error) {
 		res, err := tx.ExecContext(ctx, `UPDATE payments
 			SET dispute_id = ?1, dispute_status = ?2, dispute_reason = ?3, dispute_amount = ?4, updated_at = ?5
 			WHERE id = ?6 AND scope = ?7 AND `+disputeChanges, d.ID, d.Status, nullString(d.Reason), d.Amount, ms(now), id, scope)
 		if err != nil {
-			return err
+			return false, err
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return err
-		}
-		if err := db.insertEvent(ctx, tx, e); err != nil {
-			return err
-		}
-		ok = true
-		return nil
+		n, err := res.RowsAffected()
+		return n > 0, err
 	})
-	return ok && err == nil, err
 }
