@@ -90,6 +90,12 @@ func runBenchFill(ctx context.Context, args []string, getenv func(string) string
 		}
 		return nil
 	})
+	if fin, ok := db.(interface{ FinishFill(context.Context) error }); ok && err == nil {
+		t := time.Now()
+		if err = fin.FinishFill(ctx); err == nil {
+			fmt.Fprintf(stderr, "bench fill: expired keys moved in key order in %s\n", time.Since(t).Round(time.Second))
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("bench fill: %w", err)
 	}

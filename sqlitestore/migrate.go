@@ -38,7 +38,7 @@ DROP TABLE api_keys_v0;`
 // as it is; each step runs in one transaction, so a crash leaves the
 // database as it was before or after the step, never between.
 func migrate(ctx context.Context, w *sql.DB, schema string) error {
-	for _, step := range []func(ctx context.Context, tx *sql.Tx, schema string) error{migrateMerchants, migratePayments, migrateExpiredKeys, migrateAttemptProvider, migrateOfflineStatuses, migrateDisputes} {
+	for _, step := range []func(ctx context.Context, tx *sql.Tx, schema string) error{migrateMerchants, migratePayments, migrateExpiredKeys, migrateAttemptProvider, migrateOfflineStatuses, migrateDisputes, migrateFillStage} {
 		if err := inTx(ctx, w, schema, step); err != nil {
 			return err
 		}
@@ -255,6 +255,11 @@ func migrateDisputes(ctx context.Context, tx *sql.Tx, _ string) error {
 	}
 	return nil
 }
+
+// migrateFillStage moves the expired keys a stopped bench fill left in its
+// stage (fill.go) to expired_keys, where a late retry of their keys finds
+// them.
+func migrateFillStage(ctx context.Context, tx *sql.Tx, _ string) error { return moveFillStage(ctx, tx) }
 
 // quote doubles a SQL string literal's quotes.
 func quote(s string) string { return strings.ReplaceAll(s, "'", "''") }
