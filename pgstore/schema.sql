@@ -133,6 +133,21 @@ CREATE TABLE IF NOT EXISTS expired_keys (
     payment_id TEXT COLLATE "C" NOT NULL REFERENCES payments (id) ON DELETE CASCADE,
     PRIMARY KEY (scope, key_hash)
 );
+
+-- The keys a bench fill expired, staged in a table with no index (fill.go)
+-- and moved here once, sorted by the primary key, so each of its pages is
+-- written once: by FinishFill, or at the next start after a fill that was
+-- stopped. The index by payment is dropped first and made again below by a
+-- sort of its own: in key order its entries would land at random.
+DO $$
+BEGIN
+    IF to_regclass('fill_expired_keys') IS NOT NULL THEN
+        DROP INDEX IF EXISTS expired_keys_payment;
+        INSERT INTO expired_keys (scope, key_hash, kind, id, payment_id)
+            SELECT scope, key_hash, kind, id, payment_id FROM fill_expired_keys ORDER BY scope, key_hash;
+        DROP TABLE fill_expired_keys;
+    END IF;
+END $$;
 CREATE INDEX IF NOT EXISTS expired_keys_payment ON expired_keys (payment_id);
 
 -- A database made on the day expired_keys came, before its foreign key.
