@@ -46,7 +46,8 @@ func (db *DB) FinishFill(ctx context.Context) error {
 }
 
 // moveFillStage moves the fill's stage, if there is one, into expired_keys
-// in its primary key's order, each leaf written once. expired_keys' other
+// in its primary key's order, each leaf written once, and gives the stage's
+// pages back to the file system. expired_keys' other
 // indexes are dropped first and made again after, by a sort of their own:
 // in that order their entries would land at random.
 func moveFillStage(ctx context.Context, tx *sql.Tx) error {
@@ -70,7 +71,8 @@ func moveFillStage(ctx context.Context, tx *sql.Tx) error {
 	for _, ix := range indexes {
 		stmts = append(stmts, ix.sql)
 	}
-	for _, q := range append(stmts, `DROP TABLE fill_expired_keys`) {
+	// The stage's pages given back: the file is what the rows need.
+	for _, q := range append(stmts, `DROP TABLE fill_expired_keys`, `PRAGMA incremental_vacuum`) {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("move the fill's expired keys: %w", err)
 		}

@@ -23,9 +23,9 @@ func TestFill(t *testing.T) {
 	})
 }
 
-// Once a fill is finished its stage is gone, and expired_keys has its
-// index by payment again (the move drops it, to make it by a sort after),
-// holding every key.
+// Once a fill is finished its stage is gone, its pages given back (no free
+// page left in the file), and expired_keys has its index by payment again
+// (the move drops it, to make it by a sort after), holding every key.
 func TestFinishFillKeepsTheIndex(t *testing.T) {
 	ctx := context.Background()
 	db := mustOpenPath(t, filepath.Join(t.TempDir(), "filled.db"), Options{BulkLoad: true})
@@ -46,5 +46,8 @@ func TestFinishFillKeepsTheIndex(t *testing.T) {
 		(SELECT count(*) FROM expired_keys INDEXED BY expired_keys_payment WHERE payment_id >= '')`).Scan(&staged, &indexed)
 	if err != nil || staged != 0 || indexed != len(s.Payments)+len(s.Refunds) {
 		t.Errorf("after FinishFill: stage tables %d, keys by payment %d, %v; want 0, %d", staged, indexed, err, len(s.Payments)+len(s.Refunds))
+	}
+	if free := pragma(t, db, "freelist_count"); free != 0 {
+		t.Errorf("after FinishFill: %d free pages, want the stage's given back", free)
 	}
 }
