@@ -57,12 +57,18 @@ func (f *Fill) At(i int) time.Time {
 		// Not at the retention's very edge: the oldest must still be live
 		// when the fill is measured.
 		w := f.Retention * 9 / 10
-		return f.Now.Add(-w + w*time.Duration(i-live)/time.Duration(max(f.LiveKeys, 1)))
+		return f.Now.Add(-w + spread(w, i-live, f.LiveKeys))
 	}
 	// Older ones are spread evenly over the rest of the span, up to the
 	// retention's edge (minus a minute, so their refunds are old too).
 	old := f.Span - f.Retention - 2*time.Hour
-	return f.Now.Add(-f.Span + old*time.Duration(i)/time.Duration(max(live, 1)))
+	return f.Now.Add(-f.Span + spread(old, i, live))
+}
+
+// spread is the k-th of n steps across d. The step first: d*k overflows
+// int64 nanoseconds from a few hundred payments over two years.
+func spread(d time.Duration, k, n int) time.Duration {
+	return d / time.Duration(max(n, 1)) * time.Duration(k)
 }
 
 // Batch returns the rows of payments [from, to): attempts (kept keys'
