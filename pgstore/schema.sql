@@ -137,12 +137,15 @@ CREATE TABLE IF NOT EXISTS expired_keys (
 -- The keys a bench fill expired, staged in a table with no index (fill.go)
 -- and moved here once, sorted by the primary key, so each of its pages is
 -- written once: by FinishFill, or at the next start after a fill that was
--- stopped. The index by payment is dropped first and made again below by a
--- sort of its own: in key order its entries would land at random.
+-- stopped. The index by payment and the foreign key are dropped first and
+-- made again below, each by one pass of its own: in key order, the index's
+-- entries and the key's checks (a lookup and a row lock of the payment,
+-- each) would land at random.
 DO $$
 BEGIN
     IF to_regclass('fill_expired_keys') IS NOT NULL THEN
         DROP INDEX IF EXISTS expired_keys_payment;
+        ALTER TABLE expired_keys DROP CONSTRAINT IF EXISTS expired_keys_payment_id_fkey;
         INSERT INTO expired_keys (scope, key_hash, kind, id, payment_id)
             SELECT scope, key_hash, kind, id, payment_id FROM fill_expired_keys ORDER BY scope, key_hash;
         DROP TABLE fill_expired_keys;
@@ -150,7 +153,8 @@ BEGIN
 END $$;
 CREATE INDEX IF NOT EXISTS expired_keys_payment ON expired_keys (payment_id);
 
--- A database made on the day expired_keys came, before its foreign key.
+-- A database made on the day expired_keys came, before its foreign key;
+-- and a bench fill's move, above.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'expired_keys_payment_id_fkey') THEN
