@@ -47,9 +47,9 @@ func (db *DB) FinishFill(ctx context.Context) error {
 
 // moveFillStage moves the fill's stage, if there is one, into expired_keys
 // in its primary key's order, each leaf written once, and gives the stage's
-// pages back to the file system. expired_keys' other
-// indexes are dropped first and made again after, by a sort of their own:
-// in that order their entries would land at random.
+// pages back to the file system. expired_keys' other indexes are dropped
+// first and made again after, by a sort of their own: in that order their
+// entries would land at random.
 func moveFillStage(ctx context.Context, tx *sql.Tx) error {
 	var staged int
 	err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'fill_expired_keys'`).Scan(&staged)
