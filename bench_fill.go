@@ -11,12 +11,6 @@ import (
 	"github.com/oncepay/oncepay/payment"
 )
 
-// filler is a store bench fill can append made rows to.
-type filler interface {
-	payment.Database
-	Fill(ctx context.Context, s *payment.Snapshot) error
-}
-
 // runBenchFill is "oncepay bench fill": a large, realistic database, made
 // quickly, to measure how cost grows with data. It makes the merchants and
 // their API keys through the store, then appends the rows payment.Fill makes
@@ -57,7 +51,7 @@ func runBenchFill(ctx context.Context, args []string, getenv func(string) string
 		return err
 	}
 	defer db.Close()
-	f, ok := db.(filler)
+	f, ok := db.(payment.Filler)
 	if !ok {
 		return fmt.Errorf("bench fill: %s cannot be filled", cfg.dbName())
 	}
@@ -90,9 +84,9 @@ func runBenchFill(ctx context.Context, args []string, getenv func(string) string
 		}
 		return nil
 	})
-	if fin, ok := db.(interface{ FinishFill(context.Context) error }); ok && err == nil {
+	if err == nil {
 		t := time.Now()
-		if err = fin.FinishFill(ctx); err == nil {
+		if err = f.FinishFill(ctx); err == nil {
 			fmt.Fprintf(stderr, "bench fill: expired keys moved in key order in %s\n", time.Since(t).Round(time.Second))
 		}
 	}

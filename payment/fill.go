@@ -1,6 +1,7 @@
 package payment
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -31,6 +32,15 @@ type Fill struct {
 	Retention time.Duration
 	Span      time.Duration // how far back the oldest payment is
 	Provider  string        // the provider binding ("sim")
+}
+
+// Filler is a store oncepay bench fill appends to: Fill stages the keys it
+// expires, FinishFill moves them where a claim reads them, and so does the
+// next open of the database after a fill that was stopped.
+type Filler interface {
+	Database
+	Fill(ctx context.Context, s *Snapshot) error
+	FinishFill(ctx context.Context) error
 }
 
 // FillKey is the Idempotency-Key of payment i of a fill.

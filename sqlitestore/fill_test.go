@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/oncepay/oncepay/internal/storetest"
 	"github.com/oncepay/oncepay/payment"
@@ -13,7 +12,7 @@ import (
 // A fill's expired keys are refused to a late retry, whether it finished
 // or was stopped (the store contract's storetest.Fill).
 func TestFill(t *testing.T) {
-	storetest.Fill(t, func(t *testing.T) (storetest.Filler, func() payment.Database) {
+	storetest.Fill(t, func(t *testing.T) (payment.Filler, func() payment.Database) {
 		path := filepath.Join(t.TempDir(), "filled.db")
 		db := mustOpenPath(t, path, Options{BulkLoad: true})
 		return db, func() payment.Database {
@@ -27,25 +26,13 @@ func TestFill(t *testing.T) {
 // page left in the file), and expired_keys has its index by payment again
 // (the move drops it, to make it by a sort after), holding every key.
 func TestFinishFillKeepsTheIndex(t *testing.T) {
-	ctx := context.Background()
 	db := mustOpenPath(t, filepath.Join(t.TempDir(), "filled.db"), Options{BulkLoad: true})
-	f := &payment.Fill{Now: time.Now(), Payments: 100, Merchants: []string{"s"},
-		Retention: 24 * time.Hour, Span: 30 * 24 * time.Hour, Provider: "sim"}
-	s, err := f.Batch(0, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Fill(ctx, s); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.FinishFill(ctx); err != nil {
-		t.Fatal(err)
-	}
+	expired := storetest.FillFinished(t, db)
 	var staged, indexed int
-	err = db.w.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sqlite_master WHERE name = 'fill_expired_keys'),
+	err := db.w.QueryRowContext(context.Background(), `SELECT (SELECT count(*) FROM sqlite_master WHERE name = 'fill_expired_keys'),
 		(SELECT count(*) FROM expired_keys INDEXED BY expired_keys_payment WHERE payment_id >= '')`).Scan(&staged, &indexed)
-	if err != nil || staged != 0 || indexed != len(s.Payments)+len(s.Refunds) {
-		t.Errorf("after FinishFill: stage tables %d, keys by payment %d, %v; want 0, %d", staged, indexed, err, len(s.Payments)+len(s.Refunds))
+	if err != nil || staged != 0 || indexed != expired {
+		t.Errorf("after FinishFill: stage tables %d, keys by payment %d, %v; want 0, %d", staged, indexed, err, expired)
 	}
 	if free := pragma(t, db, "freelist_count"); free != 0 {
 		t.Errorf("after FinishFill: %d free pages, want the stage's given back", free)

@@ -9,25 +9,15 @@ import (
 	"github.com/oncepay/oncepay/payment"
 )
 
-// Filler is a store oncepay bench fill appends to: Fill stages the keys it
-// expires, FinishFill moves them where a claim reads them, and so does the
-// next open after a fill that was stopped.
-type Filler interface {
-	payment.Database
-	Fill(ctx context.Context, s *payment.Snapshot) error
-	FinishFill(ctx context.Context) error
-}
-
 // Fill checks that every key a fill expired is refused to a late retry,
 // as expired and naming its payment, whether the fill finished or was
 // stopped before FinishFill and the database opened again, and that a key
 // it kept still replays. open returns a store on a fresh database and a
 // way to close it and open that database again.
-func Fill(t *testing.T, open func(t *testing.T) (db Filler, reopen func() payment.Database)) {
+func Fill(t *testing.T, open func(t *testing.T) (db payment.Filler, reopen func() payment.Database)) {
 	ctx := context.Background()
 	const n, live = 300, 40
-	f := &payment.Fill{Now: time.Now(), Payments: n, LiveKeys: live, Merchants: []string{"s"},
-		Retention: 24 * time.Hour, Span: 30 * 24 * time.Hour, Provider: "sim"}
+	f := fillOf(n, live)
 	for _, finish := range []bool{true, false} {
 		filler, reopen := open(t)
 		if err := filler.BindProvider(ctx, "sim"); err != nil {
@@ -70,4 +60,30 @@ func Fill(t *testing.T, open func(t *testing.T) (db Filler, reopen func() paymen
 			t.Errorf("finished %v: the newest filled key = %+v, %v, want its record", finish, a, err)
 		}
 	}
+}
+
+// fillOf is a fill of n payments of merchant "s" over 30 days, the newest
+// live within the retention.
+func fillOf(n, live int) *payment.Fill {
+	return &payment.Fill{Now: time.Now(), Payments: n, LiveKeys: live, Merchants: []string{"s"},
+		Retention: 24 * time.Hour, Span: 30 * 24 * time.Hour, Provider: "sim"}
+}
+
+// FillFinished fills db with 100 payments past the retention in one batch
+// and finishes the fill; it returns how many keys the fill expired (the
+// payments' and their refunds').
+func FillFinished(t *testing.T, db payment.Filler) int {
+	t.Helper()
+	ctx := context.Background()
+	s, err := fillOf(100, 0).Batch(0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Fill(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.FinishFill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return len(s.Payments) + len(s.Refunds)
 }
