@@ -156,12 +156,17 @@ async function deliverNaive(key, ev, copy, mistake) {
 }
 
 // deliverOncepay is the provider's sender: it delivers a copy and, while
-// the inbox says the outcome is not durable yet, delivers it again.
+// the inbox says the outcome is not durable yet, delivers it again. The
+// copy whose delivery won the insert by event id claimed the event, even if
+// another copy, finding it just received, began applying it first (the
+// fence lets one of them) and this one was told busy, then duplicate.
 async function deliverOncepay(key, ev, copy) {
   const name = eventName(ev);
+  let claimed = false;
   for (let tries = 1; tries <= 8; tries++) {
     const r = await postJSON("/demo/mirror/events", { key, kind: ev.kind, event_id: ev.id });
     const d = r.json;
+    claimed ||= r.status === 200 && d.duplicate === false;
     if (r.status !== 200) {
       say("mirror-oncepay-log", T("mirror.error", name, copy, r.status), "err");
     } else if (d.busy) {
@@ -169,8 +174,8 @@ async function deliverOncepay(key, ev, copy) {
     } else if (!d.done) {
       say("mirror-oncepay-log", T("mirror.not_done", name, copy, T("inbox." + d.state)), "warn");
     } else {
-      const li = say("mirror-oncepay-log", T(d.duplicate ? "mirror.dup" : "mirror.claimed", name, copy, T("inbox." + d.state)), d.duplicate ? "ok" : "");
-      li.dataset.claimed = d.duplicate ? "false" : "true";
+      const li = say("mirror-oncepay-log", T(claimed ? "mirror.claimed" : "mirror.dup", name, copy, T("inbox." + d.state)), claimed ? "" : "ok");
+      li.dataset.claimed = String(claimed);
       li.dataset.event = ev.kind;
       return;
     }
