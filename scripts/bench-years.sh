@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # BENCHMARKS.md's "Years on one file": the same load on a nearly empty file
 # and on a large filled one (oncepay bench fill), in one run: new payments
-# and replays over HTTP (wrk: rate and p99), the admin list and search and
-# GET /v1/payments (p99 of 200 requests each, first and deep pages, curl's
-# time on loopback), then new payments with no purge, beside a purge in
-# whole batches, and beside one in batches bounded by time, and the file's
-# size before and after.
+# and replays over HTTP (wrk: rate and p99; replays of the last 1,000 kept
+# keys and of every kept key, with the replay cache and without), the admin
+# list and search and GET /v1/payments (p99 of 200 requests each, first and
+# deep pages, curl's time on loopback), then new payments with no purge,
+# beside a purge in whole batches, and beside one in batches bounded by
+# time, and the file's size before and after.
 #
 #   scripts/bench-years.sh                  fill both files itself
 #   BIG=/path/big.db KEYS=/path/keys.txt scripts/bench-years.sh
@@ -142,6 +143,18 @@ dbsize() {
 }
 mb() { awk -v b="$1" 'BEGIN{printf "%.0f MB", b / 1048576}'; }
 
+# replays FIRST COUNT [SUFFIX]: replays of the last 1,000 kept keys (the
+# same working set on every file: a retry comes while its answer is recent),
+# then, if there are more, of every kept key at random (a working set larger
+# than any cache).
+replays() {
+  local first=$1 count=$2 suffix=${3:-}
+  load "replays, 1,000 keys$suffix" replay.lua "$((first + count - 1000))" 1000 "${secrets[@]}"
+  if [ "$count" -gt 1000 ]; then
+    load "replays, $count keys$suffix" replay.lua "$first" "$count" "${secrets[@]}"
+  fi
+}
+
 # measure FILE KEYS FIRST_LIVE: the load, the pages, then the purge.
 measure() {
   local db=$1 keys=$2 first=$3 count=$4
@@ -153,7 +166,7 @@ measure() {
   echo "  database $(mb "$(dbsize "$db")"): $(sql "$db" "SELECT (SELECT count(*) FROM payments) || ' payments, ' || (SELECT count(*) FROM payment_attempts) || ' kept keys, ' || (SELECT count(*) FROM expired_keys) || ' expired keys, ' || (SELECT count(*) FROM events) || ' events'")"
   serve "$db" --purge-schedule off
   load "new payments" new.lua "n$RANDOM$RANDOM" "$secret"
-  load "replays of kept keys" replay.lua "$first" "$count" "${secrets[@]}"
+  replays "$first" "$count"
   local deep deeppay
   deep=$(sql "$db" "SELECT created_at || '.' || id FROM payment_attempts ORDER BY created_at LIMIT 1 OFFSET 1000")
   deeppay=$(sql "$db" "SELECT id FROM payments WHERE scope = '$scope' ORDER BY id LIMIT 1 OFFSET 1000")
@@ -164,6 +177,10 @@ measure() {
   p99 "GET /v1/payments, first" "$secret" "/v1/payments?limit=100"
   p99 "GET /v1/payments, deep" "$secret" "/v1/payments?limit=100&starting_after=$deeppay"
   p99 "GET /v1/events, first" "$secret" "/v1/events?limit=100"
+  stop
+  # The same replays with no answer cached: each read from the table.
+  serve "$db" --purge-schedule off --replay-cache-mb 0
+  replays "$first" "$count" ", no cache"
   stop
   purges "$db" "$keys"
 }
