@@ -21,7 +21,7 @@
 #                                           on that file (MODES: which of none,
 #                                           whole, bounded, in that order; BOUND:
 #                                           the bounded mode's --purge-batch-time,
-#                                           default 25ms; PURGE_FLAGS: more serve
+#                                           default 10ms, serve's; PURGE_FLAGS: more serve
 #                                           flags for all three, e.g. --retention 8h
 #                                           to give the purge more records)
 #   ONCEPAY=/path/to/oncepay                that binary, not one built from here
@@ -187,7 +187,7 @@ measure() {
 
 # purges FILE KEYS: new payments beside the purge, one after another on
 # the same file: none, whole batches of 1,000, batches bounded by BOUND
-# (25 ms, the default); the purge's summary, and the file's size before and after.
+# (10 ms, the default); the purge's summary, and the file's size before and after.
 purges() {
   local db=$1 secret before mode
   secret=$(awk 'NR == 1 {print $2}' "$2")
@@ -197,7 +197,7 @@ purges() {
     case $mode in
     none) serve "$db" --purge-schedule off ${PURGE_FLAGS:-} ;;
     whole) serve "$db" --purge-schedule "@every 3s" --purge-batch-time -1ns ${PURGE_FLAGS:-} ;;
-    bounded) serve "$db" --purge-schedule "@every 3s" --purge-batch-time "${BOUND:-25ms}" ${PURGE_FLAGS:-} ;;
+    bounded) serve "$db" --purge-schedule "@every 3s" --purge-batch-time "${BOUND:-10ms}" ${PURGE_FLAGS:-} ;;
     esac
     : >"$work/log-$(basename "$db")"
     load "new payments, purge $mode" new.lua "p$mode$RANDOM" "$secret"

@@ -27,7 +27,21 @@ type Options struct {
 	// that is not full. Default 0: a batch is whatever queued up while the
 	// previous commit was syncing, which adds no latency when idle.
 	MaxWait time.Duration
+	// AloneShare is the most of the writer's time writes alone (a purge's
+	// batches) take while other writes come: after one held the writer for
+	// h, the next starts h×(1-AloneShare)/AloneShare after it ended if
+	// another write committed in between, at once if none did. A write
+	// behind an alone one still waits for it, and fewer do. Default
+	// DefaultAloneShare; 1 runs them as they come.
+	AloneShare float64
 }
+
+// DefaultAloneShare is a third: a purge batch that held the writer for h
+// waits 2h while payments write. A quarter kept new payments' p99 lower
+// beside a purge of a large file, but a purge under a saturating load fell
+// behind the keys expiring; a half let their p99 reach 2x (BENCHMARKS.md,
+// "A share of the writer").
+const DefaultAloneShare = 1.0 / 3
 
 // ErrClosed is returned by writes after Close.
 var ErrClosed = errors.New("groupcommit: closed")
@@ -44,9 +58,13 @@ type Writer struct {
 	quit    chan struct{}
 	stopped chan struct{}
 	once    sync.Once
-	// next is a write taken while a batch was collected that must run
-	// alone: the first of the next batch. Only run touches it.
-	next *writeOp
+	// aside are the writes alone taken and not yet run, in the order they
+	// came: set aside when one ended a batch being collected, or while the
+	// other writes have their share. aloneAt is when the next may start if
+	// others wrote since the last (othersWrote). Only run touches them.
+	aside       []*writeOp
+	aloneAt     time.Time
+	othersWrote bool
 	// The savepoint statements, parsed once: the driver keeps no statement
 	// cache, and parsing them was a fifth of a multi-statement write's CPU.
 	// Nil if they could not be prepared; then they are run as text.
@@ -57,6 +75,9 @@ type Writer struct {
 func New(db *sql.DB, opts Options) *Writer {
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 256
+	}
+	if opts.AloneShare <= 0 || opts.AloneShare > 1 {
+		opts.AloneShare = DefaultAloneShare
 	}
 	w := &Writer{db: db, opts: opts, ops: make(chan *writeOp), quit: make(chan struct{}), stopped: make(chan struct{})}
 	w.savepointStmt, _ = db.Prepare(`SAVEPOINT op`) // an error leaves it nil: run as text
@@ -102,7 +123,8 @@ func (w *Writer) Write(ctx context.Context, fn func(ctx context.Context, tx *sql
 // with no other write, and returns how long that transaction held the
 // writer: not the wait to be taken, which is the other writes' time. A
 // long maintenance write (a purge batch) sizes itself by it; the writes
-// waiting behind it run in the next transaction.
+// waiting behind it run in the next transaction, and while writes keep
+// coming, an alone one waits its turn (Options.AloneShare).
 func (w *Writer) WriteAlone(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (held time.Duration, err error) {
 	op := &writeOp{fn: fn, alone: true}
 	err = w.submit(ctx, op)
@@ -153,18 +175,61 @@ func (w *Writer) submit(ctx context.Context, op *writeOp) error {
 func (w *Writer) run() {
 	defer close(w.stopped)
 	for {
-		first := w.next
-		w.next = nil
-		if first == nil { // one set aside was handed over: it runs even after quit
-			select {
-			case first = <-w.ops:
-			case <-w.quit:
-				return
-			}
+		first := w.take()
+		if first == nil {
+			return
 		}
 		w.commit(w.collect(first))
+		if first.alone {
+			w.aloneAt = time.Now().Add(time.Duration(float64(first.held) * (1 - w.opts.AloneShare) / w.opts.AloneShare))
+		}
+		w.othersWrote = !first.alone
 	}
 }
+
+// take returns the first write of the next batch, nil after quit with
+// nothing set aside. A write alone is set aside while the others have
+// their share of the writer (owing); they run meanwhile. One handed over
+// runs even after quit.
+func (w *Writer) take() *writeOp {
+	for {
+		if len(w.aside) == 0 {
+			select {
+			case op := <-w.ops:
+				if !op.alone || !w.owing() {
+					return op
+				}
+				w.aside = append(w.aside, op)
+			case <-w.quit:
+				return nil
+			}
+			continue
+		}
+		if w.owing() {
+			t := time.NewTimer(time.Until(w.aloneAt))
+			select {
+			case op := <-w.ops:
+				t.Stop()
+				if !op.alone {
+					return op
+				}
+				w.aside = append(w.aside, op)
+				continue
+			case <-t.C:
+			case <-w.quit:
+				t.Stop()
+			}
+		}
+		op := w.aside[0]
+		w.aside = w.aside[1:]
+		return op
+	}
+}
+
+// owing reports whether the other writes still have their share of the
+// writer before the next alone one: they wrote since the last, whose
+// time is not up.
+func (w *Writer) owing() bool { return w.othersWrote && time.Now().Before(w.aloneAt) }
 
 // collect gathers the writes waiting now (and, with MaxWait, shortly) into
 // one batch of at most MaxBatch. A write that must run alone ends the
@@ -185,7 +250,7 @@ func (w *Writer) collect(first *writeOp) []*writeOp {
 			select {
 			case op := <-w.ops:
 				if op.alone {
-					w.next = op
+					w.aside = append(w.aside, op)
 					return batch
 				}
 				batch = append(batch, op)
@@ -197,7 +262,7 @@ func (w *Writer) collect(first *writeOp) []*writeOp {
 		select {
 		case op := <-w.ops:
 			if op.alone {
-				w.next = op
+				w.aside = append(w.aside, op)
 				return batch
 			}
 			batch = append(batch, op)
@@ -247,7 +312,7 @@ func (w *Writer) commit(batch []*writeOp) {
 		}
 	}
 	err = tx.Commit()
-	batch[0].held = time.Since(start) // read by an alone op, which is alone in its batch
+	batch[0].held = time.Since(start) // an alone op's answer, and the share's measure
 	if err != nil {
 		failAll(batch, err)
 		return

@@ -184,3 +184,61 @@ func TestWriteAlone(t *testing.T) {
 		t.Errorf("held = %s of %s from the call, want at least its own 20ms and not the %s it waited", held, total, blocked)
 	}
 }
+
+// aloneShare runs writes alone of 10 ms each for 600 ms, beside four
+// writers of their own writes if busy, and returns the part of that time
+// the alone writes held the writer.
+func aloneShare(t *testing.T, w *groupcommit.Writer, db *sql.DB, busy bool) float64 {
+	t.Helper()
+	insert, _ := db.Prepare(`INSERT INTO t (k, v) VALUES (?, 1)`)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		if !busy {
+			break
+		}
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := w.Exec(context.Background(), insert, nil, fmt.Sprint(busy, "-", g, "-", i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	var held time.Duration
+	start := time.Now()
+	for i := 0; time.Since(start) < 600*time.Millisecond; i++ {
+		h, err := w.WriteAlone(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+			time.Sleep(10 * time.Millisecond)
+			_, err := tx.ExecContext(ctx, `INSERT INTO t (k, v) VALUES (?, 1)`, fmt.Sprint("alone-", busy, "-", i))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held += h
+	}
+	share := float64(held) / float64(time.Since(start))
+	close(stop)
+	wg.Wait()
+	return share
+}
+
+// While other writes keep coming, writes alone (a purge's batches) hold
+// the writer for at most AloneShare of the time; with none coming, they
+// run one after another.
+func TestAloneWritesTakeTheirShare(t *testing.T) {
+	db, w := open(t, groupcommit.Options{AloneShare: 0.25})
+	if share := aloneShare(t, w, db, true); share > 0.3 {
+		t.Errorf("beside other writes, the writes alone held the writer %.2f of the time, want at most 0.25", share)
+	}
+	if share := aloneShare(t, w, db, false); share < 0.6 {
+		t.Errorf("alone on the writer, the writes alone held it %.2f of the time, want them run one after another", share)
+	}
+}
