@@ -192,11 +192,12 @@ func aloneShare(t *testing.T, w *groupcommit.Writer, db *sql.DB, busy bool) floa
 	t.Helper()
 	insert, _ := db.Prepare(`INSERT INTO t (k, v) VALUES (?, 1)`)
 	stop := make(chan struct{})
+	writers := 0
+	if busy {
+		writers = 4
+	}
 	var wg sync.WaitGroup
-	for g := range 4 {
-		if !busy {
-			break
-		}
+	for g := range writers {
 		wg.Go(func() {
 			for i := 0; ; i++ {
 				select {
