@@ -148,9 +148,9 @@ mb() { awk -v b="$1" 'BEGIN{printf "%.0f MB", b / 1048576}'; }
 # then, if there are more, of every kept key at random (a working set larger
 # than any cache).
 replays() {
-  local first=$1 count=$2 suffix=${3:-}
-  load "replays, 1,000 keys$suffix" replay.lua "$((first + count - 1000))" 1000 "${secrets[@]}"
-  if [ "$count" -gt 1000 ]; then
+  local first=$1 count=$2 suffix=${3:-} last=$(($2 < 1000 ? $2 : 1000))
+  load "replays, $last keys$suffix" replay.lua "$((first + count - last))" "$last" "${secrets[@]}"
+  if [ "$count" -gt "$last" ]; then
     load "replays, $count keys$suffix" replay.lua "$first" "$count" "${secrets[@]}"
   fi
 }
