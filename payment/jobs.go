@@ -16,8 +16,9 @@ const (
 	// DefaultPurgeBatchTime is how long one purge batch may hold the writer
 	// before the next is made smaller: on SQLite, with the batches' third
 	// of the writer (groupcommit.DefaultAloneShare), 10 ms kept new
-	// payments' p99 within 1.6x beside a purge of a file of 10 million
-	// payments, 25 ms within 2.4x (BENCHMARKS.md, "A share of the writer").
+	// payments' p99 within 1.62x beside a purge of a file of 10 million
+	// payments; 25 ms, with a quarter or a half, let it reach 1.81-3.16x
+	// (BENCHMARKS.md, "A share of the writer").
 	DefaultPurgeBatchTime = 10 * time.Millisecond
 	// minPurgeBatch is the smallest batch a bound by time makes: a commit
 	// alone (its sync, a checkpoint) may hold a busy writer 10-40 ms, so a

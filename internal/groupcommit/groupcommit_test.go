@@ -105,7 +105,10 @@ func TestCancelledBeforeHandover(t *testing.T) {
 // Close finishes what was handed over and refuses the rest.
 func TestCloseDrains(t *testing.T) {
 	db, w := open(t, groupcommit.Options{})
-	insert, _ := db.Prepare(`INSERT INTO t (k, v) VALUES (?, 1)`)
+	insert, err := db.Prepare(`INSERT INTO t (k, v) VALUES (?, 1)`)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	ok := 0
@@ -134,7 +137,10 @@ func TestCloseDrains(t *testing.T) {
 // before it.
 func TestWriteAlone(t *testing.T) {
 	db, w := open(t, groupcommit.Options{})
-	insert, _ := db.Prepare(`INSERT INTO t (k, v) VALUES (?, 1)`)
+	insert, err := db.Prepare(`INSERT INTO t (k, v) VALUES (?, 1)`)
+	if err != nil {
+		t.Fatal(err)
+	}
 	const blocked = 500 * time.Millisecond
 	taken, queued := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
@@ -190,7 +196,10 @@ func TestWriteAlone(t *testing.T) {
 // the alone writes held the writer.
 func aloneShare(t *testing.T, w *groupcommit.Writer, db *sql.DB, busy bool) float64 {
 	t.Helper()
-	insert, _ := db.Prepare(`INSERT INTO t (k, v) VALUES (?, 1)`)
+	insert, err := db.Prepare(`INSERT INTO t (k, v) VALUES (?, 1)`)
+	if err != nil {
+		t.Fatal(err)
+	}
 	stop := make(chan struct{})
 	writers := 0
 	if busy {
